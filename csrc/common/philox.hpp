@@ -1,0 +1,68 @@
+// Counter-based Philox4x32-10 (Salmon et al., SC'11), laid out exactly as Triton's
+// `tl.randint4x` / `tl.rand` / `tl.randn` so that a (seed, offset) pair gives the same
+// numbers on the CPU as inside a Triton kernel:
+//   counter = (offset_lo, offset_hi, 0, 0), key = (seed_lo, seed_hi).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace rml {
+
+struct Philox4 {
+  std::uint32_t v[4];
+};
+
+inline std::uint32_t umulhi32(std::uint32_t a, std::uint32_t b) {
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(a) * b) >> 32);
+}
+
+inline Philox4 philox4x32_10(std::uint32_t c0, std::uint32_t c1, std::uint32_t c2,
+                             std::uint32_t c3, std::uint32_t k0, std::uint32_t k1) {
+  constexpr std::uint32_t kKeyA = 0x9E3779B9u, kKeyB = 0xBB67AE85u;
+  constexpr std::uint32_t kRoundA = 0xD2511F53u, kRoundB = 0xCD9E8D57u;
+  for (int round = 0; round < 10; ++round) {
+    const std::uint32_t p0 = c0, p2 = c2;
+    c0 = umulhi32(kRoundB, p2) ^ c1 ^ k0;
+    c2 = umulhi32(kRoundA, p0) ^ c3 ^ k1;
+    c1 = kRoundB * p2;
+    c3 = kRoundA * p0;
+    k0 += kKeyA;
+    k1 += kKeyB;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
+// The four 32-bit words for one (seed, offset): Triton's randint4x(seed, offset) with an
+// int64 offset.
+inline Philox4 philox_block(std::uint64_t seed, std::uint64_t offset) {
+  return philox4x32_10(static_cast<std::uint32_t>(offset), static_cast<std::uint32_t>(offset >> 32),
+                       0u, 0u, static_cast<std::uint32_t>(seed),
+                       static_cast<std::uint32_t>(seed >> 32));
+}
+
+// Triton's uint_to_uniform_float for 32-bit words: a float32 in [0, 1).
+inline float uint_to_uniform(std::uint32_t x) {
+  std::int32_t s = static_cast<std::int32_t>(x);
+  if (s < 0) s = ~s;
+  return static_cast<float>(s) * 4.6566127342e-10f;
+}
+
+// Triton's pair_uniform_to_normal (Box-Muller), first output, in float32.
+inline float uniform_pair_to_normal(float u1, float u2) {
+  u1 = u1 > 1.0e-7f ? u1 : 1.0e-7f;
+  const float th = 6.283185307179586f * u2;
+  const float r = std::sqrt(-2.0f * std::log(u1));
+  return r * std::cos(th);
+}
+
+inline float philox_uniform(std::uint64_t seed, std::uint64_t offset) {
+  return uint_to_uniform(philox_block(seed, offset).v[0]);
+}
+
+inline float philox_normal(std::uint64_t seed, std::uint64_t offset) {
+  const Philox4 b = philox_block(seed, offset);
+  return uniform_pair_to_normal(uint_to_uniform(b.v[0]), uint_to_uniform(b.v[1]));
+}
+
+}  // namespace rml

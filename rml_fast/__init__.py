@@ -1,0 +1,14 @@
+"""rml_fast: fast, trustworthy machine learning with native (C++ / Triton) kernels.
+
+Importing the package loads only NumPy and the compiled extension; torch and Triton are
+imported lazily by the functions that need them.
+"""
+
+from __future__ import annotations
+
+from rml_fast._info import backend_info
+from rml_fast._native import _C
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "_C", "backend_info"]

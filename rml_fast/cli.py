@@ -1,0 +1,95 @@
+"""The ``rml-fast`` command: ``info`` and ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+def _find_benchmarks(explicit: str | None) -> Path:
+    """The ``benchmarks/`` folder of a checkout: explicit, under the cwd, or beside the package."""
+    candidates = [Path(explicit)] if explicit else [
+        Path.cwd() / "benchmarks",
+        Path(__file__).resolve().parent.parent / "benchmarks",
+    ]
+    for c in candidates:
+        if (c / "run_all.py").is_file():
+            return c
+    raise SystemExit(
+        "rml-fast bench runs the suites of a source checkout: run it from the repository root, "
+        "or pass --bench-dir PATH/TO/benchmarks "
+        f"(looked in: {', '.join(str(c) for c in candidates)})"
+    )
+
+
+def _load_run_all(bench_dir: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rml_fast_run_all", bench_dir / "run_all.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {bench_dir / 'run_all.py'}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    native = info["native"]
+    torch_info = info["torch"]
+    triton = info["triton"]
+    lines = [
+        f"rml_fast {info['version']} (Python {info['python']}, {info['platform']}, {info['cpu_count']} CPUs)",
+        f"native extension: built={native['built']} compiler={native['compiler']} "
+        f"build={native['build_type']}",
+        f"  flags: {native['cxx_flags'].strip()}",
+        f"  OpenMP: {'yes' if native['openmp'] else 'no'}, max threads {native['openmp_max_threads']}",
+    ]
+    if torch_info is None:
+        lines.append("torch: not installed")
+    else:
+        devices = ", ".join(torch_info["devices"]) or "none"
+        lines.append(
+            f"torch: {torch_info['version']}, CUDA available={torch_info['cuda_available']} "
+            f"(devices: {devices}), threads {torch_info['num_threads']}"
+        )
+    lines.append(
+        f"triton: {triton['version'] if triton['installed'] else 'not installed'}"
+        + (" (TRITON_INTERPRET=1)" if triton["interpret"] else "")
+    )
+    print("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rml-fast", description="rml_fast command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    info_p = sub.add_parser("info", help="version, native build, torch and triton")
+    info_p.add_argument("--json", action="store_true", help="print JSON")
+    bench_p = sub.add_parser(
+        "bench", help="run benchmark suites against their peers", add_help=False
+    )
+    bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
+    args, rest = parser.parse_known_args(argv)
+
+    if args.command == "info":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        from rml_fast import backend_info
+
+        info = backend_info()
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            _print_info(info)
+        return 0
+
+    bench_dir = _find_benchmarks(args.bench_dir)
+    os.environ.setdefault("RML_FAST_BENCH_DIR", str(bench_dir))
+    return int(_load_run_all(bench_dir).main(rest))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,4 @@
+"""Triton kernels. Imported lazily by the kernel families, only for CUDA tensors (or under
+``TRITON_INTERPRET=1``); importing :mod:`rml_fast` never imports this package."""
+
+from __future__ import annotations
