@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install 'rml_fast[bench]'")
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
     suites = available()
     unknown = [f for f in args.families if f not in suites]
     if unknown:
