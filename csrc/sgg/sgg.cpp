@@ -103,6 +103,7 @@ inline double angle_cdf(double theta, const double* h, const double* dh, std::in
 
 struct RadiusNode {
   double r, w, phi, lo, hi, four_r_d;
+  double lmin = -INFINITY, lmax = INFINITY;  // range of L given ||X|| = r
 };
 
 // P(||X - D e1|| <= x | ||X|| = r) = H(theta*(x)) with the law of cosines written without
@@ -231,22 +232,45 @@ struct CondProb {
   }
 };
 
-// A root of e(r) = ell on [a, b] by bisection when e(a) - ell and e(b) - ell differ in sign.
+// A root of e(r) = ell on [a, b] when e(a) - ell and e(b) - ell differ in sign: Illinois
+// (modified regula falsi), which keeps a bracket and converges superlinearly.
 template <typename F>
 bool bisect_root(F e, double ell, double a, double b, double* root) {
   double fa = e(a) - ell, fb = e(b) - ell;
-  if (!(a < b) || fa == 0.0 || fb == 0.0 || (fa < 0.0) == (fb < 0.0)) return false;
-  for (int it = 0; it < 200 && b - a > 1e-15 * b; ++it) {
-    const double mid = 0.5 * (a + b);
-    const double fm = e(mid) - ell;
-    if ((fm < 0.0) == (fa < 0.0)) {
-      a = mid;
-      fa = fm;
-    } else {
-      b = mid;
+  if (!(a < b) || !std::isfinite(fa) || !std::isfinite(fb) || fa == 0.0 || fb == 0.0 ||
+      (fa < 0.0) == (fb < 0.0)) {
+    // Infinite end values (phi(0)): fall back to plain bisection on the sign.
+    if (!(a < b) || std::isnan(fa) || std::isnan(fb) || fa == 0.0 || fb == 0.0 ||
+        (fa < 0.0) == (fb < 0.0)) {
+      return false;
     }
+    for (int it = 0; it < 200 && b - a > 1e-15 * b; ++it) {
+      const double mid = 0.5 * (a + b);
+      const double fm = e(mid) - ell;
+      if ((fm < 0.0) == (fa < 0.0)) { a = mid; fa = fm; } else { b = mid; fb = fm; }
+    }
+    *root = 0.5 * (a + b);
+    return true;
   }
-  *root = 0.5 * (a + b);
+  int side = 0;
+  double c = a;
+  for (int it = 0; it < 100; ++it) {
+    c = (a * fb - b * fa) / (fb - fa);
+    if (!(c > a && c < b)) c = 0.5 * (a + b);
+    const double fc = e(c) - ell;
+    if (fc == 0.0 || b - a <= 1e-15 * b) break;
+    if ((fc < 0.0) == (fb < 0.0)) {
+      b = c; fb = fc;
+      if (side == -1) fa *= 0.5;
+      side = -1;
+    } else {
+      a = c; fa = fc;
+      if (side == 1) fb *= 0.5;
+      side = 1;
+    }
+    if (b - a <= 1e-14 * b) { c = 0.5 * (a + b); break; }
+  }
+  *root = c;
   return true;
 }
 
@@ -259,9 +283,6 @@ void loss_cdf(double* out, const double* losses, std::int64_t m, const double* e
   const CondProb cond(spec, h_table, dh_table, nt);
   const std::int64_t per_panel = 16;
   std::vector<RadiusNode> nodes(static_cast<std::size_t>(panels * per_panel));
-  for (std::int64_t j = 0; j < panels * per_panel; ++j) {
-    nodes[static_cast<std::size_t>(j)] = cond.node(r_nodes[j], r_weights[j]);
-  }
   const double d = spec.sensitivity;
   const double r_min = edges[0], r_max = edges[panels];
   // Extreme conditional losses e+(r) = phi(r + D) - phi(r), e-(r) = phi(|r - D|) - phi(r):
@@ -278,6 +299,15 @@ void loss_cdf(double* out, const double* losses, std::int64_t m, const double* e
     ep[static_cast<std::size_t>(q)] = e_plus(edges[q]);
     em[static_cast<std::size_t>(q)] = e_minus(edges[q]);
     e0[static_cast<std::size_t>(q)] = has_min ? e_zero(edges[q]) : 0.0;
+  }
+  for (std::int64_t j = 0; j < panels * per_panel; ++j) {
+    RadiusNode nd = cond.node(r_nodes[j], r_weights[j]);
+    // phi is monotone (k <= dim) or convex with its minimum at s0 (k > dim), so the loss
+    // given r ranges over [lmin, lmax]; outside it the conditional CDF is 0 or 1.
+    const double f_lo = phi_of(nd.lo), f_hi = phi_of(nd.hi);
+    nd.lmax = std::max(f_lo, f_hi) - nd.phi;
+    nd.lmin = ((has_min && s0 > nd.lo && s0 < nd.hi) ? cond.psi_min : std::min(f_lo, f_hi)) - nd.phi;
+    nodes[static_cast<std::size_t>(j)] = nd;
   }
   constexpr int kMaxCuts = 32;
 #pragma omp parallel for schedule(dynamic, 16) if (m * panels > 2000)
@@ -333,7 +363,11 @@ void loss_cdf(double* out, const double* losses, std::int64_t m, const double* e
       } else {
         for (std::int64_t j = q * per_panel; j < (q + 1) * per_panel; ++j) {
           const RadiusNode& nd = nodes[static_cast<std::size_t>(j)];
-          acc += nd.w * cond(ell, nd);
+          if (ell >= nd.lmax) {
+            acc += nd.w;
+          } else if (ell >= nd.lmin) {
+            acc += nd.w * cond(ell, nd);
+          }
         }
       }
     }

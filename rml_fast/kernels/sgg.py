@@ -29,6 +29,7 @@ Privacy-loss CDF
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -127,12 +128,17 @@ def sgg_sample(
     seed = int(check_scalar(seed, "seed", Interval("int", 0, MAX_COUNTER)))
     stride = counters_per_row(dim)
     offset = int(check_scalar(offset, "offset", Interval("int", 0, MAX_COUNTER - n * stride)))
-    is64 = str(dtype).endswith("float64")
-    if not (is64 or str(dtype).endswith("float32")):
+    is64 = _is_float(dtype, "64")
+    if not (is64 or _is_float(dtype, "32")):
         raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
     return _sample(
         n, dim, sigma, k, p, seed, offset, is64, device=resolve_device(device), backend=backend
     )
+
+
+def _is_float(dtype: Any, bits: str) -> bool:
+    name = getattr(dtype, "__name__", None) or str(dtype)
+    return name.replace("torch.", "").endswith("float" + bits)
 
 
 def _uniform32(w: np.ndarray) -> np.ndarray:
@@ -337,11 +343,12 @@ def angle_cdf_table(dim: int, size: int | None = None) -> tuple[np.ndarray, np.n
     theta = np.linspace(0.0, math.pi, size)
     h = _angle_cdf(theta, dim)
     log_c = special.gammaln(dim / 2) - 0.5 * math.log(math.pi) - special.gammaln((dim - 1) / 2)
-    with np.errstate(divide="ignore"):
-        dh = np.exp(log_c + (dim - 2) * np.log(np.sin(theta)))
     if dim == 2:
         dh = np.full(size, math.exp(log_c))
-    dh[0] = dh[-1] = 0.0 if dim > 2 else dh[0]
+    else:
+        with np.errstate(divide="ignore"):
+            dh = np.exp(log_c + (dim - 2) * np.log(np.abs(np.sin(theta))))
+        dh[0] = dh[-1] = 0.0
     h.setflags(write=False)
     dh.setflags(write=False)
     return h, dh
@@ -423,6 +430,8 @@ def _loss_cdf_native(ell, dim, sigma, k, p, sens, quad, *, device):  # type: ign
 
 
 def _phi(s: np.ndarray, sigma: float, k: float, p: float, dim: int) -> np.ndarray:
+    if k == dim:
+        return (s / sigma) ** p
     with np.errstate(divide="ignore"):
         return (s / sigma) ** p - (k - dim) * np.log(s)
 
@@ -520,7 +529,7 @@ def sgg_loss_cdf_reference(
                 pts.add(optimize.brentq(lambda r, fn=fn, ell=ell: float(fn(r, ell)), a, b, xtol=1e-14))
         grid = sorted({r_min, r_max, *pts, *np.quantile(quad.r, np.linspace(0, 1, 41))})
         total = 0.0
-        for a, b in zip(grid[:-1], grid[1:], strict=True):
+        for a, b in itertools.pairwise(grid):
             val, _ = integrate.quad(lambda r, ell=ell: dens(r) * cond(r, ell), a, b,
                                     epsabs=1e-14, epsrel=1e-12, limit=200)
             total += val
