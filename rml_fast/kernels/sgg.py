@@ -498,11 +498,41 @@ def sgg_loss_cdf_reference(
     r_min, r_max = float(quad.edges[0]), float(quad.edges[-1])
     c = k - dim
 
+    ls = math.log(sigma)
+
+    def psi(t: float) -> float:
+        return math.exp(p * (t - ls)) - c * t
+
+    def roots(y: float) -> tuple[float, float]:
+        """{s : phi(s) <= y} = [lo, hi] (scalar brentq in t = ln s); (nan, nan) if empty."""
+        if c == 0.0:
+            return (0.0, sigma * y ** (1 / p)) if y > 0 else (math.nan, math.nan)
+
+        def right(t0: float) -> float:
+            step = 1.0
+            while psi(t0 + step) < y:
+                step *= 2.0
+            return optimize.brentq(lambda t: psi(t) - y, t0, t0 + step, xtol=1e-15, rtol=1e-15)
+
+        if c < 0:
+            step = 1.0
+            while psi(-step) > y:
+                step *= 2.0
+            return 0.0, math.exp(right(-step))
+        t0 = ls + math.log(c / p) / p
+        if y <= psi(t0):
+            return math.nan, math.nan
+        step = 1.0
+        while psi(t0 - step) < y:
+            step *= 2.0
+        left = optimize.brentq(lambda t: psi(t) - y, t0 - step, t0, xtol=1e-15, rtol=1e-15)
+        return math.exp(left), math.exp(right(t0))
+
     def cond(r: float, ell: float) -> float:
         rr = np.array([r])
-        y = ell + _phi(rr, sigma, k, p, dim)
-        lo, hi = _phi_roots(y, sigma, c, p)
-        return float(np.maximum(_cond_le(hi, rr, sensitivity, dim) - _cond_le(lo, rr, sensitivity, dim), 0.0)[0])
+        lo, hi = roots(ell + float(_phi(rr, sigma, k, p, dim)[0]))
+        diff = _cond_le(np.array([hi]), rr, sensitivity, dim) - _cond_le(np.array([lo]), rr, sensitivity, dim)
+        return float(np.maximum(diff, 0.0)[0])
 
     def dens(r: float) -> float:
         x = r / sigma
