@@ -9,7 +9,7 @@ from scipy import stats
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from rml_fast.kernels import sgg as K  # noqa: E402
+from rml_fast.kernels import sgg as K
 
 CASES = [(1, 1.0, 0.5), (2, 2.0, 1.0), (3, 3.0, 2.0), (5, 2.5, 0.7), (7, 9.0, 1.5), (33, 33.0, 1.0)]
 
@@ -18,7 +18,8 @@ CASES = [(1, 1.0, 0.5), (2, 2.0, 1.0), (3, 3.0, 2.0), (5, 2.5, 0.7), (7, 9.0, 1.
 def test_native_sampler_matches_reference(dim, k, p):
     a = K.sgg_sample(3000, dim, 1.3, k, p, seed=11, offset=5)
     b = K.sgg_sample_reference(3000, dim, 1.3, k, p, seed=11, offset=5)
-    assert a.shape == (3000, dim) and a.dtype == np.float64
+    assert a.shape == (3000, dim)
+    assert a.dtype == np.float64
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
 
 

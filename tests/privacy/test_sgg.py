@@ -19,13 +19,15 @@ def gaussian_delta(eps, std, sens=1.0):
 
 def test_members_and_mse():
     g = SGGMechanism.gaussian(4, std=1.5)
-    assert (g.dim, g.k, g.p) == (4, 4.0, 2.0) and g.sigma == pytest.approx(math.sqrt(2) * 1.5)
-    assert g.is_gaussian and g.mse() == pytest.approx(4 * 1.5**2)
+    assert (g.dim, g.k, g.p) == (4, 4.0, 2.0)
+    assert g.sigma == pytest.approx(math.sqrt(2) * 1.5)
+    assert g.is_gaussian
+    assert g.mse() == pytest.approx(4 * 1.5**2)
     l2 = SGGMechanism.l2(3, sigma=0.7)
     assert l2.mse() == pytest.approx(3 * 4 * 0.7**2)  # T (T+1) sigma^2
     m = SGGMechanism(2, 1.0, 3.0, 1.5)
     assert m.mse() == pytest.approx(math.gamma(5 / 1.5) / math.gamma(3 / 1.5))
-    with pytest.raises(Exception, match="cannot assign|frozen"):
+    with pytest.raises(Exception, match=r"cannot assign|frozen"):
         g.sigma = 2.0  # type: ignore[misc]
 
 
@@ -100,7 +102,9 @@ def test_randomize_numpy_and_torch():
     mech = SGGMechanism.l2(3, sigma=0.5)
     x = np.ones((4, 3))
     y = mech.randomize(x, rng=5)
-    assert y.shape == x.shape and y.dtype == np.float64 and np.all(x == 1.0)
+    assert y.shape == x.shape
+    assert y.dtype == np.float64
+    assert np.all(x == 1.0)
     np.testing.assert_array_equal(y, mech.randomize(x, rng=5))
     y32 = mech.randomize(x.astype(np.float32), rng=5)
     assert y32.dtype == np.float32
@@ -110,7 +114,8 @@ def test_randomize_numpy_and_torch():
     torch = pytest.importorskip("torch")
     t = torch.ones(4, 3, dtype=torch.float64)
     yt = mech.randomize(t, rng=5)
-    assert isinstance(yt, torch.Tensor) and yt.dtype == torch.float64
+    assert isinstance(yt, torch.Tensor)
+    assert yt.dtype == torch.float64
     np.testing.assert_allclose(yt.numpy(), y, rtol=1e-12)
     with pytest.raises(ValueError, match="shape"):
         mech.randomize(np.ones((2, 4)))
@@ -132,7 +137,8 @@ def test_calibrate_gaussian_is_analytic():
 def test_calibrate_l2_is_tight(dim, n):
     h = 1e-3
     mech = SGGMechanism.calibrate(dim, 1.0, 1e-5, p=1.0, num_compositions=n, value_discretization_interval=h, rtol=1e-5)
-    assert mech.p == 1.0 and mech.k == dim
+    assert mech.p == 1.0
+    assert mech.k == dim
     assert mech.delta_for_epsilon(1.0, n, h) <= 1e-5
     looser = SGGMechanism.l2(dim, mech.sigma * (1 - 1e-3))
     assert looser.delta_for_epsilon(1.0, n, h) > 1e-5
