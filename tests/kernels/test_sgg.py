@@ -148,3 +148,27 @@ def test_angle_table_is_the_beta_cdf():
     theta = np.linspace(0, math.pi, h.size)
     np.testing.assert_allclose(h, stats.beta(2, 2).cdf(np.sin(theta / 2) ** 2), atol=1e-14)
     np.testing.assert_allclose(np.gradient(h, theta)[1:-1], dh[1:-1], rtol=1e-4, atol=1e-8)
+
+
+# --- Triton ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("dim", "k", "p"), [(1, 1.0, 0.5), (3, 3.0, 2.0), (5, 2.5, 0.7), (33, 33.0, 1.0)])
+def test_triton_sampler_matches_native_for_the_same_seed(dim, k, p):
+    pytest.importorskip("triton")
+    torch = pytest.importorskip("torch")
+    from rml_fast.kernels._dispatch import triton_interpreting
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not triton_interpreting():
+        pytest.skip("needs CUDA or TRITON_INTERPRET=1")
+    seed, offset = 2**40 + 7, 3
+    got = K.sgg_sample(200, dim, 1.3, k, p, seed=seed, offset=offset, device=device, backend="triton")
+    want = K.sgg_sample(200, dim, 1.3, k, p, seed=seed, offset=offset)
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-11, atol=1e-11)
+    got32 = K.sgg_sample(
+        200, dim, 1.3, k, p, seed=seed, offset=offset, device=device, backend="triton", dtype=torch.float32
+    )
+    assert got32.dtype == torch.float32
+    np.testing.assert_allclose(got32.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
