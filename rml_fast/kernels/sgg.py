@@ -281,6 +281,16 @@ class RadiusQuadrature:
 def radius_nodes(
     dim: int, sigma: float, k: float, p: float, num_nodes: int = 1600
 ) -> RadiusQuadrature:
+    """Quadrature for the radius law (cached; see :func:`_radius_nodes`)."""
+    dim, sigma, k, p = _check_family(dim, sigma, k, p)
+    num_nodes = int(check_scalar(num_nodes, "num_nodes", Interval("int", 16, 10**6)))
+    return _radius_nodes(dim, sigma, k, p, num_nodes)
+
+
+@lru_cache(maxsize=128)
+def _radius_nodes(
+    dim: int, sigma: float, k: float, p: float, num_nodes: int = 1600
+) -> RadiusQuadrature:
     """Quadrature for the radius law (``gammaincinv`` for z < 0, ``gammainccinv`` for z >= 0).
 
     Parameters
@@ -294,8 +304,6 @@ def radius_nodes(
     -------
     RadiusQuadrature
     """
-    dim, sigma, k, p = _check_family(dim, sigma, k, p)
-    num_nodes = int(check_scalar(num_nodes, "num_nodes", Interval("int", 16, 10**6)))
     panels = max(1, num_nodes // 16)
     x, wx = _gauss_legendre(16)
     edges_z = np.linspace(-Z_MAX, Z_MAX, panels + 1)
@@ -314,6 +322,8 @@ def radius_nodes(
         return sigma * np.exp(np.log(g) / p)
 
     r, edges = r_of(z), r_of(edges_z)
+    for arr in (r, wz, edges):
+        arr.setflags(write=False)
     if not (np.all(np.isfinite(r)) and np.all(r > 0) and np.all(np.diff(edges) > 0)):
         raise ValueError(
             f"the radius law of SGG(sigma={sigma}, k={k}, p={p}) is outside the range the "

@@ -414,40 +414,97 @@ class SGGMechanism:
                 "is 1e-15 per tail); use delta > 1e-14"
             )
 
-        def delta_at(sigma: float) -> float:
+        def delta_at(sigma: float, hh: float = h) -> float:
             mech = cls(dim, sigma, k, p, sensitivity)
             if exact:
                 return float(_gaussian_delta(epsilon, sigma / math.sqrt(2.0 * n), sensitivity))
             if n == 1:
-                return mech._delta_single_above(epsilon, h, 1e-15)
-            return float(_composed_pld(mech, h, n).get_delta_for_epsilon(epsilon))
+                return mech._delta_single_above(epsilon, hh, 1e-15)
+            return float(_composed_pld(mech, hh, n).get_delta_for_epsilon(epsilon))
 
-        # Start from the Gaussian solution with the same second moment.
+        # Stage 1 (coarse lattice 10h, nested in the fine one, so its delta is larger):
+        # bracket from the Gaussian solution with the same second moment, then solve.
+        coarse = h if exact else min(10.0 * h, 1e-2)
         s_g = _gaussian_std(epsilon, delta, sensitivity) * math.sqrt(n)
         scale = math.sqrt(template.mse() / dim)  # per-coordinate std at sigma = 1
-        sigma0 = max(s_g / scale, 1e-300)
-        lo, hi = sigma0, sigma0
-        if delta_at(sigma0) > delta:
-            while True:
-                lo, hi = hi, hi * 2.0
+        lo = hi = max(s_g / scale, 1e-300)
+        d_lo = d_hi = delta_at(lo, coarse)
+        if d_lo > delta:
+            while d_hi > delta:
+                lo, d_lo, hi = hi, d_hi, hi * 2.0
                 if hi > 1e12 * sensitivity * max(1.0, 1.0 / scale):
                     raise ValueError("no sigma reaches the privacy target (check k, p)")
-                if delta_at(hi) <= delta:
-                    break
+                d_hi = delta_at(hi, coarse)
         else:
-            while True:
-                hi, lo = lo, lo / 2.0
+            while d_lo <= delta:
+                hi, d_hi, lo = lo, d_lo, lo / 2.0
                 if lo < 1e-8 * sensitivity / max(scale, 1e-300):
                     return cls(dim, hi, k, p, sensitivity)
-                if delta_at(lo) > delta:
-                    break
-        while hi / lo - 1.0 > rtol:
-            mid = math.sqrt(lo * hi)
-            if delta_at(mid) <= delta:
-                hi = mid
-            else:
-                lo = mid
-        return cls(dim, hi, k, p, sensitivity)
+                d_lo = delta_at(lo, coarse)
+        if exact:
+            return cls(dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity)
+        sig_c = _solve_log(lambda s_: delta_at(s_, coarse), delta, lo, hi, max(rtol, 1e-4), d_lo, d_hi)
+        # Stage 2 (the requested lattice): sig_c meets the target here too; find a lower end.
+        hi, d_hi = sig_c, delta_at(sig_c)
+        step = 1e-3
+        lo = sig_c * (1 - step)
+        d_lo = delta_at(lo)
+        while d_lo <= delta:
+            hi, d_hi = lo, d_lo
+            step *= 4.0
+            lo = sig_c * max(1 - step, 1e-3)
+            d_lo = delta_at(lo)
+        return cls(dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity)
+
+
+def _solve_log(
+    fn: Any,
+    target: float,
+    lo: float,
+    hi: float,
+    rtol: float,
+    f_lo: float | None = None,
+    f_hi: float | None = None,
+    max_evals: int = 200,
+) -> float:
+    """Smallest sigma in [lo, hi] with fn(sigma) <= target, to relative width rtol.
+
+    ``fn`` is decreasing with ``fn(lo) > target >= fn(hi)``. Secant steps on
+    ``log fn(sigma)`` against ``log sigma`` through the two latest points, kept inside the
+    bracket (bisection otherwise, and while an end sits on the ~1e-15 floor of the
+    accountant); once a step is below the tolerance it is pushed half a tolerance past the
+    predicted root so that the bracket closes. Returns the bracket's upper end, which meets
+    the target.
+    """
+    lt = math.log(target)
+    tol = math.log1p(rtol)
+
+    def g(x: float, val: float | None = None) -> float:
+        v = fn(math.exp(x)) if val is None else val
+        return math.log(max(v, 1e-300)) - lt
+
+    x_lo, x_hi = math.log(lo), math.log(hi)
+    g_lo, g_hi = g(x_lo, f_lo), g(x_hi, f_hi)
+    floor = math.log(1e-13) - lt
+    x0, g0, x1, g1 = x_lo, g_lo, x_hi, g_hi
+    for _ in range(max_evals):
+        width = x_hi - x_lo
+        if width <= tol:
+            break
+        x = math.nan
+        if g_hi > floor and g1 != g0:
+            x = x1 - g1 * (x1 - x0) / (g1 - g0)
+            if abs(x - x1) < 0.5 * tol:
+                x = x1 + (0.5 * tol if g1 > 0 else -0.5 * tol)
+        if not (x_lo < x < x_hi):
+            x = 0.5 * (x_lo + x_hi)
+        gx = g(x)
+        if gx <= 0:
+            x_hi, g_hi = x, gx
+        else:
+            x_lo, g_lo = x, gx
+        x0, g0, x1, g1 = x1, g1, x, gx
+    return math.exp(x_hi)
 
 
 def _default_nodes(dim: int) -> int:
