@@ -46,6 +46,9 @@ _POS = Interval("real", 0.0, None, "neither")
 _EPS = Interval("real", 0.0, None, "neither")
 _DELTA = Interval("real", 0.0, 1.0, "neither")
 _N = Interval("int", 1, None)
+# The quadrature CDF is accurate to ~1e-15 absolute, so 1 - F cannot certify a smaller upper
+# tail: the top bucket is placed where 1 - F <= 1e-13, and that (computed) mass goes to +inf.
+QUADRATURE_TAIL = 1e-13
 
 
 def _loss_cdf_1d(ell: np.ndarray, sigma: float, p: float, sens: float) -> np.ndarray:
@@ -264,6 +267,7 @@ class SGGMechanism:
         tail_mass_truncation: float = 1e-15,
         method: str = "auto",
         num_nodes: int | None = None,
+        estimator: str = "connect_dots",
     ) -> PrivacyLossDistribution:
         """The pessimistic privacy-loss distribution of one release (optionally subsampled).
 
@@ -277,8 +281,10 @@ class SGGMechanism:
         method : {"auto", "quadrature"}, default="auto"
             "auto" uses the exact Gaussian loss law for the Gaussian member and the
             quadrature kernel otherwise; "quadrature" always uses the kernel.
+        estimator : {"connect_dots", "bucket"}, default="connect_dots"
+            Pessimistic discretisation (see ``PrivacyLossDistribution.from_gaussian``).
         num_nodes : int, optional
-            Radius quadrature nodes (default 1600; the kink-aware rule
+            Radius quadrature nodes (default 1600, 6400 for dim 2; the kink-aware rule
             converges fast; dim 2 has the slowest, ~1e-9 at 1600).
 
         Returns
@@ -290,14 +296,17 @@ class SGGMechanism:
         )
         if method not in ("auto", "quadrature"):
             raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
+        if estimator not in ("connect_dots", "bucket"):
+            raise ValueError(f"estimator must be 'connect_dots' or 'bucket', got {estimator!r}")
         if method == "auto" and self.is_gaussian:
             return PrivacyLossDistribution.from_gaussian(
                 self.sigma / math.sqrt(2.0), self.sensitivity, h,
-                sampling_prob=q, relation=relation, tail_mass_truncation=tail,
+                sampling_prob=q, relation=relation, tail_mass_truncation=tail, estimator=estimator,
             )
         cdf = self._cdf_fn(num_nodes)
         model = _symmetric_model(cdf, lambda x: 1.0 - cdf(x))
-        return PrivacyLossDistribution(_directions(model, h, q, relation, tail))
+        upper = max(tail, QUADRATURE_TAIL)
+        return PrivacyLossDistribution(_directions(model, h, q, relation, tail, upper, estimator))
 
     def _cdf_fn(self, num_nodes: int | None) -> Any:
         if self.dim == 1:
@@ -308,13 +317,31 @@ class SGGMechanism:
             self.p, self.sensitivity, num_nodes=nodes,
         )
 
+    def _delta_single_cd(self, epsilon: float, h: float) -> float:
+        """delta(eps) of one release as read from its connect-the-dots PLD.
+
+        ``delta(eps_i) = P_A(L > eps_i) - e^{eps_i} P_A(L < -eps_i)`` (symmetric pair) at the
+        two lattice points around eps, interpolated linearly in ``e^eps``: the chord of the
+        convex hockey-stick curve, so an upper bound; four CDF values per call.
+        """
+        cdf = self._cdf_fn(None)
+        j = math.floor(epsilon / h)
+        grid = np.array([j * h, (j + 1) * h])
+        f = cdf(np.concatenate([grid, -grid]))
+        d = np.maximum(1.0 - f[:2] - np.exp(grid) * f[2:], 0.0)
+        x0, x1, x = math.exp(grid[0]), math.exp(grid[1]), math.exp(epsilon)
+        w = (x - x0) / (x1 - x0)
+        return float(min(1.0, (1 - w) * d[0] + w * d[1]))
+
     def _delta_single_above(self, epsilon: float, h: float, tail: float) -> float:
         """delta(eps) of one release from the buckets above eps only (cheaper, same value)."""
         cdf = self._cdf_fn(None)
         lo = math.floor(epsilon / h) * h
         from rml_fast.privacy.pld import _find_bound
 
-        hi = _find_bound(lambda x: 1.0 - cdf(x), tail, increasing=False, start=max(epsilon, 0.0))
+        hi = _find_bound(
+            lambda x: 1.0 - cdf(x), max(tail, QUADRATURE_TAIL), increasing=False, start=max(epsilon, 0.0)
+        )
         if hi <= lo:
             return float(max(1.0 - cdf(np.array([lo]))[0], 0.0))
         pmf = _pmf_from_cdf(cdf, None, h, tail, bounds=(lo, hi))
@@ -357,6 +384,7 @@ class SGGMechanism:
         value_discretization_interval: float = 1e-4,
         rtol: float = 1e-6,
         method: str = "auto",
+        estimator: str = "connect_dots",
     ) -> SGGMechanism:
         """The smallest-scale member (dim, k, p) that is (epsilon, delta)-DP after N releases.
 
@@ -372,14 +400,17 @@ class SGGMechanism:
         epsilon : float
             Target epsilon > 0.
         delta : float
-            Target delta in (0, 1); must exceed 10 x the accountant's tail truncation
-            (1e-15) when the PLD is used.
+            Target delta in (0, 1); must exceed 1e-11 when the PLD is used (the quadrature
+            PLD of a non-Gaussian member carries up to ~1e-13 of tail mass at +inf).
         k, p, sensitivity
             As in :class:`SGGMechanism`.
         num_compositions : int, default=1
         value_discretization_interval : float, default=1e-4
         rtol : float, default=1e-6
         method : {"auto", "pld"}, default="auto"
+        estimator : {"connect_dots", "bucket"}, default="connect_dots"
+            Discretisation of the PLD (both pessimistic). With "connect_dots" and N = 1
+            the target is checked from delta at the two lattice points around epsilon.
 
         Returns
         -------
@@ -406,12 +437,14 @@ class SGGMechanism:
         rtol = float(check_scalar(rtol, "rtol", Interval("real", 1e-12, 0.5)))
         if method not in ("auto", "pld"):
             raise ValueError(f"method must be 'auto' or 'pld', got {method!r}")
+        if estimator not in ("connect_dots", "bucket"):
+            raise ValueError(f"estimator must be 'connect_dots' or 'bucket', got {estimator!r}")
         template = cls(dim, 1.0, k, p, sensitivity)
         exact = method == "auto" and template.is_gaussian
-        if not exact and delta <= 1e-14:
+        if not exact and delta <= 1e-11:
             raise ValueError(
-                f"delta={delta} is below what the PLD accountant resolves (its tail truncation "
-                "is 1e-15 per tail); use delta > 1e-14"
+                f"delta={delta} is below what the SGG accountant resolves (the quadrature PLD "
+                "carries up to ~1e-13 of tail mass); use delta > 1e-11"
             )
 
         def delta_at(sigma: float, hh: float = h) -> float:
@@ -419,8 +452,10 @@ class SGGMechanism:
             if exact:
                 return float(_gaussian_delta(epsilon, sigma / math.sqrt(2.0 * n), sensitivity))
             if n == 1:
+                if estimator == "connect_dots":
+                    return mech._delta_single_cd(epsilon, hh)
                 return mech._delta_single_above(epsilon, hh, 1e-15)
-            return float(_composed_pld(mech, hh, n).get_delta_for_epsilon(epsilon))
+            return float(_composed_pld(mech, hh, n, estimator).get_delta_for_epsilon(epsilon))
 
         # Stage 1 (coarse lattice 10h, nested in the fine one, so its delta is larger):
         # bracket from the Gaussian solution with the same second moment, then solve.
@@ -508,7 +543,7 @@ def _solve_log(
 
 
 def _default_nodes(dim: int) -> int:
-    return 1600
+    return 6400 if dim == 2 else 1600
 
 
 def _torch_float_dtypes() -> tuple[Any, ...]:
@@ -538,8 +573,10 @@ def _gaussian_std(eps: float, delta: float, sens: float) -> float:
 
 
 @lru_cache(maxsize=64)
-def _composed_pld(mech: SGGMechanism, h: float, n: int) -> PrivacyLossDistribution:
-    return mech.pld(h).self_compose(n)
+def _composed_pld(
+    mech: SGGMechanism, h: float, n: int, estimator: str = "connect_dots"
+) -> PrivacyLossDistribution:
+    return mech.pld(h, estimator=estimator).self_compose(n)
 
 
 def optimal_sgg(
