@@ -560,7 +560,7 @@ class PrivacyLossDistribution:
     >>> from rml_fast.privacy import PrivacyLossDistribution
     >>> pld = PrivacyLossDistribution.from_gaussian(std=1.0)
     >>> round(float(pld.get_delta_for_epsilon(1.0)), 4)  # Balle & Wang: 0.1269
-    0.127
+    0.1269
     """
 
     pmfs: tuple[_Pmf, ...]

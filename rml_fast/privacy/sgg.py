@@ -426,7 +426,7 @@ class SGGMechanism:
         >>> from rml_fast.privacy import SGGMechanism
         >>> m = SGGMechanism.calibrate(dim=5, epsilon=1.0, delta=1e-5)
         >>> round(m.sigma / 2**0.5, 3)  # the analytic Gaussian mechanism's std
-        3.73
+        3.731
         """
         dim = int(check_scalar(dim, "dim", Interval("int", 1, None)))
         epsilon = float(check_scalar(epsilon, "epsilon", _EPS))
