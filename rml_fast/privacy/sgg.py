@@ -309,13 +309,28 @@ class SGGMechanism:
         return PrivacyLossDistribution(_directions(model, h, q, relation, tail, upper, estimator))
 
     def _cdf_fn(self, num_nodes: int | None) -> Any:
+        """Vectorised loss CDF P(L <= l); -inf -> 0, +inf -> 1, NaN stays NaN."""
         if self.dim == 1:
-            return lambda ell: _loss_cdf_1d(np.atleast_1d(np.asarray(ell, dtype=np.float64)), self.sigma, self.p, self.sensitivity)
-        nodes = num_nodes if num_nodes is not None else _default_nodes(self.dim)
-        return lambda ell: _k.sgg_loss_cdf(
-            np.atleast_1d(np.asarray(ell, dtype=np.float64)), self.dim, self.sigma, self._k,
-            self.p, self.sensitivity, num_nodes=nodes,
-        )
+            def raw(ell: np.ndarray) -> np.ndarray:
+                return _loss_cdf_1d(ell, self.sigma, self.p, self.sensitivity)
+        else:
+            nodes = num_nodes if num_nodes is not None else _default_nodes(self.dim)
+
+            def raw(ell: np.ndarray) -> np.ndarray:
+                return _k.sgg_loss_cdf(
+                    ell, self.dim, self.sigma, self._k, self.p, self.sensitivity, num_nodes=nodes
+                )
+
+        def cdf(ell: Any) -> np.ndarray:
+            x = np.atleast_1d(np.asarray(ell, dtype=np.float64))
+            out = np.where(x > 0, 1.0, 0.0)
+            out[np.isnan(x)] = np.nan
+            fin = np.isfinite(x)
+            if fin.any():
+                out[fin] = raw(np.ascontiguousarray(x[fin]))
+            return out
+
+        return cdf
 
     def _delta_single_cd(self, epsilon: float, h: float) -> float:
         """delta(eps) of one release as read from its connect-the-dots PLD.

@@ -191,3 +191,18 @@ def test_constructor_bad_input():
         mech.epsilon_for_delta(0.0)
     with pytest.raises(ValueError, match="num_compositions"):
         mech.delta_for_epsilon(1.0, num_compositions=0)
+
+
+def test_subsampled_sgg_gaussian_member_matches_subsampled_gaussian():
+    h, q = 1e-3, 0.05
+    ours = SGGMechanism.gaussian(3, 1.0).pld(h, sampling_prob=q, method="quadrature")
+    ref = PrivacyLossDistribution.from_gaussian(1.0, h=h, sampling_prob=q)
+    assert len(ours.pmfs) == 2
+    eps = np.array([0.02, 0.1, 0.3, 0.6])
+    np.testing.assert_allclose(ours.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), rtol=1e-7, atol=1e-13)
+    # An l2 member, subsampled and composed through the accountant, is finite and monotone.
+    from rml_fast.privacy import PLDAccountant
+
+    acc = PLDAccountant(h=1e-3).compose(SGGMechanism.l2(2, 1.5).pld(1e-3, sampling_prob=0.1), count=50)
+    e1, e2 = acc.get_epsilon(1e-3), acc.get_epsilon(1e-6)
+    assert 0 < e1 < e2 < math.inf
