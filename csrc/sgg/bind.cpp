@@ -114,4 +114,22 @@ void register_sgg(py::module_ m) {
       "out"_a, "losses"_a, "edges"_a, "r_nodes"_a, "r_weights"_a, "gl_t"_a, "gl_w"_a,
       "h_table"_a, "dh_table"_a, "dim"_a, "sigma"_a, "k"_a, "p"_a, "sensitivity"_a, "log_norm"_a,
       "CDF of the SGG privacy loss at each loss (kink-aware radius quadrature x tabulated angle CDF).");
+  m.def(
+      "pld_delta_for_eps",
+      [](py::array out, const py::array& eps, const py::array& pmf, std::int64_t lower, double h,
+         double inf_mass) {
+        double* o = rml::writable_vector<double>(out, "out");
+        const double* e = readonly_vector(eps, "eps");
+        const double* pm = readonly_vector(pmf, "pmf");
+        if (out.shape(0) != eps.shape(0)) throw py::value_error("out and eps must have the same length");
+        if (pmf.shape(0) < 1) throw py::value_error("pmf must not be empty");
+        if (!(h > 0.0) || !std::isfinite(h)) throw py::value_error("h must be finite and > 0");
+        if (!(inf_mass >= 0.0 && inf_mass <= 1.0)) throw py::value_error("inf_mass must lie in [0, 1]");
+        const auto nq = static_cast<std::int64_t>(eps.shape(0));
+        const auto n = static_cast<std::int64_t>(pmf.shape(0));
+        py::gil_scoped_release release;
+        rml::sgg::pld_delta_for_eps(o, e, nq, pm, n, lower, h, inf_mass);
+      },
+      "out"_a, "eps"_a, "pmf"_a, "lower"_a, "h"_a, "inf_mass"_a,
+      "Vectorised delta(eps) of a discrete PLD (suffix sums + binary search).");
 }

@@ -47,3 +47,13 @@ void loss_cdf(double* out, const double* losses, std::int64_t m, const double* e
               const double* dh_table, std::int64_t nt, const LossCdfSpec& spec);
 
 }  // namespace rml::sgg
+
+namespace rml::sgg {
+
+// delta(eps_q) = sum_{l_i > eps_q} p_i (1 - e^{eps_q - l_i}) + inf_mass for a pmf on
+// l_i = (lower + i) h, via suffix sums S1_j = sum_{i>=j} p_i, S2_j = sum_{i>=j} p_i e^{l_0 - l_i}
+// and a binary search per query: O(n + q log n). Deterministic (serial suffix sums).
+void pld_delta_for_eps(double* out, const double* eps, std::int64_t nq, const double* pmf,
+                       std::int64_t n, std::int64_t lower, double h, double inf_mass);
+
+}  // namespace rml::sgg

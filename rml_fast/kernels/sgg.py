@@ -46,6 +46,8 @@ __all__ = [
     "GAMMA_ATTEMPTS",
     "angle_cdf_table",
     "counters_per_row",
+    "pld_delta_for_epsilon",
+    "pld_delta_for_epsilon_reference",
     "radius_nodes",
     "sgg_loss_cdf",
     "sgg_loss_cdf_reference",
@@ -580,3 +582,69 @@ def sgg_loss_cdf_reference(
 @_loss_cdf.register("reference")
 def _loss_cdf_ref(ell, dim, sigma, k, p, sens, quad, *, device):  # type: ignore[no-untyped-def]
     return sgg_loss_cdf_reference(ell, dim, sigma, k, p, sens, quad)
+
+
+# --- PLD read-out ------------------------------------------------------------------------
+
+_pld_delta = Kernel("sgg.pld_delta_for_epsilon")
+
+
+def pld_delta_for_epsilon(
+    pmf: np.ndarray,
+    lower_index: int,
+    h: float,
+    infinity_mass: float,
+    epsilon: np.ndarray,
+    *,
+    backend: str = "auto",
+) -> np.ndarray:
+    """Vectorised ``delta(eps) = sum_{l_i > eps} p_i (1 - e^{eps - l_i}) + p_inf``.
+
+    Parameters
+    ----------
+    pmf : ndarray of shape (n,), float64
+        Masses at ``l_i = (lower_index + i) h``.
+    lower_index : int
+    h : float
+    infinity_mass : float
+    epsilon : ndarray of shape (q,), float64
+    backend : {"auto", "native", "reference"}
+
+    Returns
+    -------
+    delta : ndarray of shape (q,)
+    """
+    return _pld_delta(
+        np.ascontiguousarray(pmf, dtype=np.float64), int(lower_index), float(h),
+        float(infinity_mass), np.ascontiguousarray(epsilon, dtype=np.float64),
+        device=resolve_device(None), backend=backend,
+    )
+
+
+def pld_delta_for_epsilon_reference(
+    pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, epsilon: np.ndarray
+) -> np.ndarray:
+    """NumPy twin of :func:`pld_delta_for_epsilon` (suffix sums + searchsorted)."""
+    losses = (lower_index + np.arange(pmf.size)) * h
+    base = float(losses[0])
+    s1 = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
+    s2 = np.concatenate([np.cumsum((pmf * np.exp(base - losses))[::-1])[::-1], [0.0]])
+    j = np.searchsorted(losses, epsilon, side="right")
+    with np.errstate(over="ignore", invalid="ignore"):
+        val = s1[j] - np.exp(np.minimum(epsilon - base, 700.0)) * s2[j]
+    val = np.where(j >= losses.size, 0.0, val)
+    return np.maximum(val, 0.0) + infinity_mass
+
+
+@_pld_delta.register("reference")
+def _pld_delta_ref(pmf, lower, h, inf_mass, eps, *, device):  # type: ignore[no-untyped-def]
+    return pld_delta_for_epsilon_reference(pmf, lower, h, inf_mass, eps)
+
+
+@_pld_delta.register("native")
+def _pld_delta_native(pmf, lower, h, inf_mass, eps, *, device):  # type: ignore[no-untyped-def]
+    from rml_fast._native import _C
+
+    out = np.empty(eps.size)
+    _C.sgg.pld_delta_for_eps(out, eps, pmf, lower, h, inf_mass)
+    return out

@@ -66,12 +66,9 @@ class _Pmf:
 
     def delta(self, eps: np.ndarray) -> np.ndarray:
         """Vectorised delta(eps) = sum_{l_i > eps} p_i (1 - e^{eps - l_i}) + p_inf."""
-        losses, s1, s2, base = self._suffix_sums()
-        j = np.searchsorted(losses, eps, side="right")  # first bucket strictly above eps
-        with np.errstate(over="ignore", invalid="ignore"):
-            val = s1[j] - np.exp(np.minimum(eps - base, 700.0)) * s2[j]
-        val = np.where(j >= losses.size, 0.0, val)
-        return np.maximum(val, 0.0) + self.infinity_mass
+        from rml_fast.kernels.sgg import pld_delta_for_epsilon
+
+        return pld_delta_for_epsilon(self.pmf, self.lower_index, self.h, self.infinity_mass, eps)
 
     def _suffix_sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         # S1_j = sum_{i>=j} p_i and S2_j = sum_{i>=j} p_i e^{-(l_i - l_0)}, so that

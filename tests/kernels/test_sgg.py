@@ -172,3 +172,24 @@ def test_triton_sampler_matches_native_for_the_same_seed(dim, k, p):
     )
     assert got32.dtype == torch.float32
     np.testing.assert_allclose(got32.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+# --- PLD read-out ----------------------------------------------------------------------
+
+
+def test_pld_delta_readout_native_matches_reference():
+    rng = np.random.default_rng(0)
+    pmf = rng.random(5000)
+    pmf /= pmf.sum() * 1.0001
+    eps = np.concatenate([np.linspace(-3, 3, 101), [-100.0, 100.0]])
+    a = K.pld_delta_for_epsilon(pmf, -2500, 1e-3, 1e-4, eps)
+    b = K.pld_delta_for_epsilon(pmf, -2500, 1e-3, 1e-4, eps, backend="reference")
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    # Brute force from the definition.
+    losses = (-2500 + np.arange(pmf.size)) * 1e-3
+    brute = [float(np.sum(pmf * np.maximum(1 - np.exp(e - losses), 0.0))) + 1e-4 for e in eps]
+    np.testing.assert_allclose(a, brute, rtol=1e-10, atol=1e-13)
+    from rml_fast._native import _C
+
+    with pytest.raises(ValueError, match="inf_mass"):
+        _C.sgg.pld_delta_for_eps(np.empty(1), np.zeros(1), pmf, 0, 1e-3, 2.0)
