@@ -352,8 +352,14 @@ def angle_cdf_table(dim: int, size: int | None = None) -> tuple[np.ndarray, np.n
     """
     if size is None:
         size = 65537 * max(1, math.ceil(math.sqrt(dim / 1000.0)))
+    if size % 2 == 0:
+        size += 1
     theta = np.linspace(0.0, math.pi, size)
-    h = _angle_cdf(theta, dim)
+    # H(pi - theta) = 1 - H(theta): evaluate the incomplete beta on the first half only.
+    half = size // 2
+    h = np.empty(size)
+    h[: half + 1] = _angle_cdf(theta[: half + 1], dim)
+    h[half + 1 :] = 1.0 - h[:half][::-1]
     log_c = special.gammaln(dim / 2) - 0.5 * math.log(math.pi) - special.gammaln((dim - 1) / 2)
     if dim == 2:
         dh = np.full(size, math.exp(log_c))
