@@ -462,7 +462,7 @@ class SGGMechanism:
                 "carries up to ~1e-13 of tail mass); use delta > 1e-11"
             )
 
-        def delta_at(sigma: float, hh: float = h) -> float:
+        def delta_at(sigma: float, hh: float = h, nodes: int | None = None) -> float:
             mech = cls(dim, sigma, k, p, sensitivity)
             if exact:
                 return float(_gaussian_delta(epsilon, sigma / math.sqrt(2.0 * n), sensitivity))
@@ -470,32 +470,43 @@ class SGGMechanism:
                 if estimator == "connect_dots":
                     return mech._delta_single_cd(epsilon, hh)
                 return mech._delta_single_above(epsilon, hh, 1e-15)
-            return float(_composed_pld(mech, hh, n, estimator).get_delta_for_epsilon(epsilon))
+            pld = _composed_pld(mech, hh, n, estimator, nodes)
+            return float(pld.get_delta_for_epsilon(epsilon))
 
-        # Stage 1 (coarse lattice 10h, nested in the fine one, so its delta is larger):
-        # bracket from the Gaussian solution with the same second moment, then solve.
+        # Stage 1 (coarse lattice 10h and, for N > 1, a lighter radius quadrature): bracket
+        # from the Gaussian solution with the same second moment, then solve roughly.
         coarse = h if exact else min(10.0 * h, 1e-2)
+        light = None if n == 1 else 480
         s_g = _gaussian_std(epsilon, delta, sensitivity) * math.sqrt(n)
         scale = math.sqrt(template.mse() / dim)  # per-coordinate std at sigma = 1
         lo = hi = max(s_g / scale, 1e-300)
-        d_lo = d_hi = delta_at(lo, coarse)
+        d_lo = d_hi = delta_at(lo, coarse, light)
         if d_lo > delta:
             while d_hi > delta:
                 lo, d_lo, hi = hi, d_hi, hi * 2.0
                 if hi > 1e12 * sensitivity * max(1.0, 1.0 / scale):
                     raise ValueError("no sigma reaches the privacy target (check k, p)")
-                d_hi = delta_at(hi, coarse)
+                d_hi = delta_at(hi, coarse, light)
         else:
             while d_lo <= delta:
                 hi, d_hi, lo = lo, d_lo, lo / 2.0
                 if lo < 1e-8 * sensitivity / max(scale, 1e-300):
                     return cls(dim, hi, k, p, sensitivity)
-                d_lo = delta_at(lo, coarse)
+                d_lo = delta_at(lo, coarse, light)
         if exact:
             return cls(dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity)
-        sig_c = _solve_log(lambda s_: delta_at(s_, coarse), delta, lo, hi, max(rtol, 1e-4), d_lo, d_hi)
-        # Stage 2 (the requested lattice): sig_c meets the target here too; find a lower end.
+        sig_c = _solve_log(
+            lambda s_: delta_at(s_, coarse, light), delta, lo, hi, max(rtol, 1e-4), d_lo, d_hi
+        )
+        # Stage 2 (the requested lattice and quadrature): make sure the upper end meets the
+        # target, then find a lower end and solve to rtol.
         hi, d_hi = sig_c, delta_at(sig_c)
+        grow = 1e-3
+        while d_hi > delta:
+            hi *= 1.0 + grow
+            grow *= 4.0
+            d_hi = delta_at(hi)
+        sig_c = hi
         step = 1e-3
         lo = sig_c * (1 - step)
         d_lo = delta_at(lo)
@@ -589,9 +600,9 @@ def _gaussian_std(eps: float, delta: float, sens: float) -> float:
 
 @lru_cache(maxsize=64)
 def _composed_pld(
-    mech: SGGMechanism, h: float, n: int, estimator: str = "connect_dots"
+    mech: SGGMechanism, h: float, n: int, estimator: str = "connect_dots", nodes: int | None = None
 ) -> PrivacyLossDistribution:
-    return mech.pld(h, estimator=estimator).self_compose(n)
+    return mech.pld(h, estimator=estimator, num_nodes=nodes).self_compose(n)
 
 
 def optimal_sgg(
