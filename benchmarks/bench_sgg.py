@@ -7,9 +7,10 @@ Cases
 - pld_compose: Gaussian PLD at h = 1e-4 composed N = 1000 times and read out at delta =
   1e-5, vs dp-accounting (its default connect-the-dots PLD, and its pessimistic PLD, which
   is the same discretisation as ours); also the Poisson-subsampled Gaussian (q = 0.01).
-- calibrate: sigma for (epsilon, 1e-5) after N releases; Gaussian vs dp-accounting's
-  ``calibrate_dp_mechanism`` on its PLD accountant; l2 member (no peer supports it: the
-  row's peer is dp-accounting calibrating the *Gaussian* to the same target, for scale).
+- calibrate: the Gaussian's sigma for (epsilon, 1e-5) after N releases (dim 10) vs
+  dp-accounting's ``calibrate_dp_mechanism`` on its PLD accountant. The l2 member has no
+  peer: its calibration times over dim {1,2,5,10,100} x eps {0.1,1,4} x N {1,100,1000} go
+  to ``results/sgg_calibration.json``.
 - The MSE table (best SGG member vs Gaussian vs l2, dim 1..20) is written to
   ``results/sgg_mse.json`` (dim 1 only, to ``sgg_mse_quick.json``, with ``--quick``).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +90,11 @@ def _compose(suite: Suite, case: dict[str, Any]) -> None:
 
 
 def _calibrate(suite: Suite, case: dict[str, Any]) -> None:
+    """Gaussian calibration: ours (closed form) vs dp-accounting's PLD calibration."""
     dpa = _dp_accounting()
     if dpa is None:
         return
-    dim, eps, n, member = case["dim"], case["eps"], case["n_comp"], case["member"]
+    dim, eps, n = case["dim"], case["eps"], case["n_comp"]
 
     def peer() -> float:
         def event(sigma: float) -> Any:
@@ -101,20 +104,29 @@ def _calibrate(suite: Suite, case: dict[str, Any]) -> None:
             lambda: dpa.pld.PLDAccountant(value_discretization_interval=1e-4), event, eps, 1e-5
         )
 
-    p = 2.0 if member == "gaussian" else 1.0
-    ours = lambda: SGGMechanism.calibrate(dim, eps, 1e-5, p=p, num_compositions=n)  # noqa: E731
-    mech = ours()
-    note = f"sigma={mech.sigma:.6g} mse={mech.mse():.6g}"
-    if member == "gaussian":
-        note += f" (peer std={peer():.6g}, ours std={mech.sigma / math.sqrt(2):.6g})"
-    else:
-        note += " (peer calibrates the Gaussian: no l2 support)"
+    ours = lambda: SGGMechanism.calibrate(dim, eps, 1e-5, num_compositions=n)  # noqa: E731
+    std = ours().sigma / math.sqrt(2)
     saved = suite.repeat
     suite.repeat = 1
     try:
-        suite.compare(case, ours, peer, peer_name="dp-accounting calibrate_dp_mechanism", memory=False, note=note)
+        suite.compare(case, ours, peer, peer_name="dp-accounting calibrate_dp_mechanism",
+                      memory=False, note=f"std ours={std:.6g} peer={peer():.6g}")
     finally:
         suite.repeat = saved
+
+
+def calibration_times(grid: list[tuple[int, float, int]], p: float = 1.0) -> list[dict[str, Any]]:
+    """Wall time of SGGMechanism.calibrate for non-Gaussian members (no peer supports them)."""
+    rows = []
+    for dim, eps, n in grid:
+        SGGMechanism.calibrate(dim, eps, 1e-5, p=p, num_compositions=n)  # warm caches/tables
+        start = time.perf_counter()
+        mech = SGGMechanism.calibrate(dim, eps, 1e-5, p=p, num_compositions=n)
+        rows.append({
+            "dim": dim, "epsilon": eps, "delta": 1e-5, "num_compositions": n, "p": p,
+            "seconds": time.perf_counter() - start, "sigma": mech.sigma, "mse": mech.mse(),
+        })
+    return rows
 
 
 def _body(suite: Suite, case: dict[str, Any]) -> None:
@@ -141,19 +153,20 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
         {"kind": "pld_compose", "std": 20.0, "q": 1.0, "n_comp": 1000},
         {"kind": "pld_compose", "std": 1.0, "q": 0.01, "n_comp": 1000},
     ][1 if quick else 0 :]
-    if quick:
-        cal = [(2, 1.0, 1, "l2")]
-    else:
-        cal = [(d, e, nc, m) for m in ("gaussian", "l2") for d in (1, 2, 5, 10, 100)
-               for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)]
-    cases += [{"kind": "calibrate", "dim": d, "eps": e, "n_comp": nc, "member": m} for d, e, nc, m in cal]
+    cal = [(2, 1.0, 1)] if quick else [(10, e, nc) for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)]
+    cases += [{"kind": "calibrate", "dim": d, "eps": e, "n_comp": nc} for d, e, nc in cal]
     if quick:
         repeat = min(repeat, 3)
     suite = Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
-    rows = mse_table([1] if quick else list(range(1, 21)))
     out = HERE / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / ("sgg_mse_quick.json" if quick else "sgg_mse.json")).write_text(json.dumps(rows, indent=2) + "\n")
+    tag = "_quick" if quick else ""
+    rows = mse_table([1] if quick else list(range(1, 21)))
+    (out / f"sgg_mse{tag}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    grid = [(2, 1.0, 1)] if quick else [
+        (d, e, nc) for d in (1, 2, 5, 10, 100) for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)
+    ]
+    (out / f"sgg_calibration{tag}.json").write_text(json.dumps(calibration_times(grid), indent=2) + "\n")
     return suite
 
 
