@@ -454,38 +454,6 @@ def _phi(s: np.ndarray, sigma: float, k: float, p: float, dim: int) -> np.ndarra
         return (s / sigma) ** p - (k - dim) * np.log(s)
 
 
-def _phi_roots(y: np.ndarray, sigma: float, c: float, p: float) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi] = {s > 0 : phi(s) <= y} by bisection in t = ln s (NaN where empty)."""
-    ls = math.log(sigma)
-
-    def psi(t: np.ndarray) -> np.ndarray:
-        return np.exp(p * (t - ls)) - c * t
-
-    if c == 0.0:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            hi = np.where(y > 0, sigma * np.abs(y) ** (1 / p), np.nan)
-        return np.where(y > 0, 0.0, np.nan), hi
-
-    def bisect(lo: np.ndarray, hi: np.ndarray, increasing: bool) -> np.ndarray:
-        for _ in range(200):
-            mid = 0.5 * (lo + hi)
-            above = psi(mid) > y
-            if increasing:
-                hi, lo = np.where(above, mid, hi), np.where(above, lo, mid)
-            else:
-                lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-        return 0.5 * (lo + hi)
-
-    big = np.full(y.shape, 700.0)
-    if c < 0:
-        return np.zeros(y.shape), np.exp(bisect(-big * 10, big, increasing=True))
-    t0 = ls + math.log(c / p) / p
-    empty = y <= psi(np.array(t0))
-    right = bisect(np.full(y.shape, t0), big, increasing=True)
-    left = bisect(-big * 10, np.full(y.shape, t0), increasing=False)
-    return np.where(empty, np.nan, np.exp(left)), np.where(empty, np.nan, np.exp(right))
-
-
 def _cond_le(x: np.ndarray, r: np.ndarray, sens: float, dim: int) -> np.ndarray:
     """P(||X - sens e1|| <= x | ||X|| = r) via the exact incomplete beta function."""
     lo, hi = np.abs(r - sens), r + sens
