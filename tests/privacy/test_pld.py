@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from rml_fast.privacy import PLDAccountant, PrivacyLossDistribution
+
+EPS = np.array([0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0])
+
+
+def gaussian_delta(eps, std, sens=1.0):
+    """Balle & Wang (2018), Theorem 8."""
+    eps = np.asarray(eps, dtype=np.float64)
+    a, b = sens / (2 * std), std / sens
+    return norm.cdf(a - eps * b) - np.exp(eps) * norm.cdf(-a - eps * b)
+
+
+@pytest.mark.parametrize("std", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("h", [1e-3, 1e-4])
+def test_gaussian_matches_balle_wang_and_is_pessimistic(std, h):
+    pld = PrivacyLossDistribution.from_gaussian(std, h=h)
+    ours = pld.get_delta_for_epsilon(EPS)
+    exact = gaussian_delta(EPS, std)
+    # Rounding each loss up by < h: exact(eps) <= ours <= exact(eps - h) (+ tail mass).
+    assert np.all(ours >= exact - 1e-15)
+    assert np.all(ours <= gaussian_delta(EPS - h, std) + 2e-15)
+
+
+def test_invariants_and_immutability():
+    pld = PrivacyLossDistribution.from_gaussian(2.0, h=1e-3)
+    total = pld.pmf.sum() + pld.infinity_mass
+    assert total == pytest.approx(1.0, abs=1e-12)
+    assert float((pld.pmf * np.exp(-pld.losses)).sum()) <= 1.0 + 1e-12
+    with pytest.raises(ValueError, match="read-only"):
+        pld.pmf[0] = 1.0
+    assert pld.lower_loss == pytest.approx(pld.losses[0])
+    assert abs(pld.lower_loss / pld.h - round(pld.lower_loss / pld.h)) < 1e-9
+
+
+@pytest.mark.parametrize("b", [0.5, 1.0, 4.0])
+def test_laplace_closed_form(b):
+    h = 1e-4
+    pld = PrivacyLossDistribution.from_laplace(b, h=h)
+    a = 1.0 / b
+    exact = np.where(a > EPS, 1 - np.exp(np.minimum(EPS - a, 0) / 2), 0.0)
+    ours = pld.get_delta_for_epsilon(EPS)
+    assert np.all(ours >= exact - 1e-15)
+    assert np.all(ours <= np.where(EPS - h < a, 1 - np.exp(np.minimum(EPS - h - a, 0) / 2), 0) + 1e-15)
+
+
+@pytest.mark.parametrize("method", ["fft_power", "squaring"])
+@pytest.mark.parametrize(("std", "n"), [(10.0, 100), (30.0, 1000)])
+def test_self_composition_equals_scaled_gaussian(method, std, n):
+    h = 1e-4
+    composed = PrivacyLossDistribution.from_gaussian(std, h=h).self_compose(n, method=method)
+    eff = std / math.sqrt(n)
+    ours = composed.get_delta_for_epsilon(EPS)
+    exact = gaussian_delta(EPS, eff)
+    # Each of the n roundings moves a loss up by < h: exact(eps) <= ours <= exact(eps - n h).
+    assert np.all(ours >= exact - 1e-12)
+    assert np.all(ours <= gaussian_delta(EPS - n * h, eff) + 1e-12)
+    # And in practice the bias is about half of that.
+    assert np.all(ours <= gaussian_delta(EPS - 0.6 * n * h, eff) + 1e-12)
+
+
+def test_fft_power_and_squaring_agree():
+    base = PrivacyLossDistribution.from_gaussian(5.0, h=1e-3, sampling_prob=0.1)
+    a = base.self_compose(300, method="fft_power")
+    b = base.self_compose(300, method="squaring")
+    deltas = np.array([1e-3, 1e-6, 1e-9])
+    np.testing.assert_allclose(a.get_epsilon_for_delta(deltas), b.get_epsilon_for_delta(deltas), rtol=5e-5)
+
+
+def test_compose_two_gaussians():
+    h = 1e-4
+    a = PrivacyLossDistribution.from_gaussian(1.5, h=h)
+    b = PrivacyLossDistribution.from_gaussian(2.5, h=h)
+    eff = 1 / math.sqrt(1 / 1.5**2 + 1 / 2.5**2)
+    ours = a.compose(b).get_delta_for_epsilon(EPS)
+    assert np.all(ours >= gaussian_delta(EPS, eff) - 1e-14)
+    assert np.all(ours <= gaussian_delta(EPS - 2 * h, eff) + 1e-14)
+
+
+def test_epsilon_for_delta_inverts_delta():
+    pld = PrivacyLossDistribution.from_gaussian(1.0, h=1e-4).self_compose(10)
+    deltas = np.array([0.3, 1e-2, 1e-5, 1e-9])
+    eps = pld.get_epsilon_for_delta(deltas)
+    assert np.all(np.diff(eps) > 0)
+    back = pld.get_delta_for_epsilon(eps)
+    np.testing.assert_allclose(back, deltas, rtol=1e-9)
+    # A slightly smaller epsilon violates the target.
+    assert np.all(pld.get_delta_for_epsilon(eps - 1e-6) > deltas)
+    assert pld.get_epsilon_for_delta(1.0) == 0.0
+    # Scalars in, scalars out.
+    assert isinstance(pld.get_epsilon_for_delta(1e-5), float)
+
+
+def test_infinity_mass_gives_infinite_epsilon():
+    f = np.array([0.2, 0.5, 0.9])
+    pld = PrivacyLossDistribution.from_cdf(f, lower_loss=-0.1, h=0.1)
+    assert pld.infinity_mass == pytest.approx(0.1)
+    assert pld.get_epsilon_for_delta(0.05) == math.inf
+    assert pld.get_delta_for_epsilon(100.0) == pytest.approx(0.1)
+    np.testing.assert_allclose(pld.pmf, [0.2, 0.3, 0.4])
+
+
+def test_from_cdf_rejects_bad_input():
+    with pytest.raises(ValueError, match="non-decreasing"):
+        PrivacyLossDistribution.from_cdf(np.array([0.5, 0.2]), 0.0, 0.1)
+    with pytest.raises(ValueError, match="integer multiple"):
+        PrivacyLossDistribution.from_cdf(np.array([0.5, 1.0]), 0.05, 0.1)
+    with pytest.raises(ValueError, match="not pessimistic"):
+        PrivacyLossDistribution.from_cdf(np.array([0.5, 0.8]), 0.0, 0.1, infinity_mass=0.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"std": 0.0}, "std"),
+        ({"std": -1.0}, "std"),
+        ({"std": float("nan")}, "std"),
+        ({"std": 1.0, "sensitivity": 0.0}, "sensitivity"),
+        ({"std": 1.0, "h": 0.0}, "h"),
+        ({"std": 1.0, "sampling_prob": 0.0}, "sampling_prob"),
+        ({"std": 1.0, "sampling_prob": 1.5}, "sampling_prob"),
+        ({"std": 1.0, "relation": "replace"}, "relation"),
+    ],
+)
+def test_bad_gaussian_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PrivacyLossDistribution.from_gaussian(**kwargs)
+
+
+def test_bad_readout_and_composition_arguments():
+    pld = PrivacyLossDistribution.from_gaussian(1.0, h=1e-3)
+    with pytest.raises(ValueError, match="num_compositions"):
+        pld.self_compose(0)
+    with pytest.raises(TypeError, match="num_compositions"):
+        pld.self_compose(2.5)
+    with pytest.raises(ValueError, match="delta"):
+        pld.get_epsilon_for_delta(1.5)
+    with pytest.raises(ValueError, match="epsilon"):
+        pld.get_delta_for_epsilon(float("nan"))
+    with pytest.raises(ValueError, match="h="):
+        pld.compose(PrivacyLossDistribution.from_gaussian(1.0, h=1e-4))
+    with pytest.raises(TypeError, match="other"):
+        pld.compose(3)
+
+
+def test_discrete_subsample_is_pessimistic_and_close_to_exact():
+    h = 1e-4
+    q = 0.05
+    exact = PrivacyLossDistribution.from_gaussian(1.0, h=h, sampling_prob=q)
+    disc = PrivacyLossDistribution.from_gaussian(1.0, h=h).subsample(q)
+    assert len(exact.pmfs) == len(disc.pmfs) == 2
+    eps = np.array([0.0, 0.05, 0.1, 0.2, 0.4])
+    d_exact, d_disc = exact.get_delta_for_epsilon(eps), disc.get_delta_for_epsilon(eps)
+    assert np.all(d_disc >= d_exact - 1e-14)
+    np.testing.assert_allclose(d_disc, d_exact, rtol=0.05, atol=1e-9)
+    # Remove direction closed form: delta'(eps) = q delta(ln(1 + (e^eps - 1)/q)).
+    remove = PrivacyLossDistribution.from_gaussian(1.0, h=h, sampling_prob=q, relation="remove")
+    target = q * gaussian_delta(np.log1p(np.expm1(eps) / q), 1.0)
+    got = remove.get_delta_for_epsilon(eps)
+    assert np.all(got >= target - 1e-15)
+    np.testing.assert_allclose(got, target, rtol=2e-3)
+
+
+def test_accountant_composes_heterogeneous_events():
+    h = 1e-4
+    acc = PLDAccountant(h=h).compose_gaussian(3.0, count=4).compose_gaussian(2.0)
+    eff = 1 / math.sqrt(4 / 9 + 1 / 4)
+    eps = acc.get_epsilon(1e-5)
+    # Exact epsilon for the equivalent single Gaussian, by bisection on Balle-Wang.
+    lo, hi = 0.0, 50.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gaussian_delta(mid, eff) > 1e-5 else (lo, mid)
+    assert hi - 1e-9 <= eps <= hi + 5 * h
+    assert acc.get_delta(eps) <= 1e-5 * (1 + 1e-9)
+    with pytest.raises(ValueError, match="count"):
+        acc.compose_gaussian(1.0, count=0)
+    with pytest.raises(ValueError, match="no mechanism"):
+        PLDAccountant().get_epsilon(1e-5)
+    with pytest.raises(ValueError, match="delta"):
+        acc.get_epsilon(0.0)
+
+
+def test_accountant_dp_sgd_run_matches_direct_composition():
+    acc = PLDAccountant(h=1e-3).compose_gaussian(1.1, count=500, sampling_prob=0.02)
+    direct = PrivacyLossDistribution.from_gaussian(1.1, h=1e-3, sampling_prob=0.02).self_compose(500)
+    assert acc.get_epsilon(1e-6) == pytest.approx(direct.get_epsilon_for_delta(1e-6), rel=1e-12)
+
+
+# --- peers ---------------------------------------------------------------------------
+
+
+def _dp_pld():
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+
+    return dpl
+
+
+@pytest.mark.parametrize("n", [1, 1000])
+def test_gaussian_vs_dp_accounting(n):
+    dpl = _dp_pld()
+    std = 1.0 if n == 1 else 20.0
+    ours = PrivacyLossDistribution.from_gaussian(std, h=1e-4).self_compose(n)
+    theirs = dpl.from_gaussian_mechanism(std, use_connect_dots=False).self_compose(n)
+    for delta in (1e-5, 1e-7):
+        e_o, e_t = ours.get_epsilon_for_delta(delta), theirs.get_epsilon_for_delta(delta)
+        assert e_o == pytest.approx(e_t, rel=1e-5)
+    assert ours.get_delta_for_epsilon(1.0) == pytest.approx(theirs.get_delta_for_epsilon(1.0), rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 1000])
+def test_laplace_vs_dp_accounting(n):
+    dpl = _dp_pld()
+    b = 2.0 if n == 1 else 100.0
+    ours = PrivacyLossDistribution.from_laplace(b, h=1e-4).self_compose(n)
+    theirs = dpl.from_laplace_mechanism(b, use_connect_dots=False).self_compose(n)
+    for delta in (1e-3, 1e-6):
+        e_o, e_t = ours.get_epsilon_for_delta(delta), theirs.get_epsilon_for_delta(delta)
+        assert e_o == pytest.approx(e_t, rel=1e-5)
+
+
+def test_subsampled_gaussian_vs_dp_accounting():
+    dpl = _dp_pld()
+    ours = PrivacyLossDistribution.from_gaussian(1.0, h=1e-4, sampling_prob=0.01).self_compose(1000)
+    theirs = dpl.from_gaussian_mechanism(
+        1.0, sampling_prob=0.01, use_connect_dots=False
+    ).self_compose(1000)
+    for delta in (1e-5, 1e-8):
+        e_o, e_t = ours.get_epsilon_for_delta(delta), theirs.get_epsilon_for_delta(delta)
+        assert e_o == pytest.approx(e_t, rel=1e-3)
+        assert e_o == pytest.approx(e_t, rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_subsampled_gaussian_vs_prv_accountant():
+    pytest.importorskip("prv_accountant")
+    from prv_accountant import PRVAccountant
+    from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMechanism
+
+    n, h = 1000, 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prv = PoissonSubsampledGaussianMechanism(sampling_probability=0.01, noise_multiplier=1.0)
+        acc = PRVAccountant(prvs=[prv], max_self_compositions=[n], eps_error=0.01, delta_error=1e-10)
+        lower, _, upper = acc.compute_epsilon(delta=1e-5, num_self_compositions=[n])
+    ours = PrivacyLossDistribution.from_gaussian(1.0, h=h, sampling_prob=0.01).self_compose(n)
+    eps = ours.get_epsilon_for_delta(1e-5)
+    # Ours is an upper bound: not below PRV's lower bound, and within our rounding bias of
+    # PRV's upper bound.
+    assert lower <= eps <= upper + n * h
