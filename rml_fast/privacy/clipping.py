@@ -228,7 +228,7 @@ class ClippingEngine:
         if self.mode != "auto":
             return self.mode == "ghost"
         S = A.shape[1]
-        return 2 * S * S < A.shape[2] * D.shape[2]
+        return A.shape[2] * D.shape[2] > 2 * S * S
 
     # -- norms ---------------------------------------------------------------------------
 

@@ -232,7 +232,6 @@ def _layer_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Fo
     shape = tuple(module.normalized_shape)
     xhat = F.layer_norm(x, shape, eps=module.eps)
     B = x.shape[0]
-    k = len(shape)
     xhat = xhat.reshape(B, -1, *shape)
     dy = dy.reshape(B, -1, *shape)
     return _affine_forms(module, xhat, dy, (1,))
