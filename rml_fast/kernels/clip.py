@@ -274,7 +274,10 @@ def scaled_outer_accumulate_reference(
 ) -> torch.Tensor:
     """Torch twin of :func:`scaled_outer_accumulate`; returns shape (p, d), A's dtype."""
     rows = w.to(A.dtype).repeat_interleave(seq_len)
-    out = (D * rows[:, None]).T @ A
+    if A.shape[1] < D.shape[1]:
+        out = D.T @ (A * rows[:, None])
+    else:
+        out = (D * rows[:, None]).T @ A
     if noise_std > 0.0:
         out += noise_std * _noise_reference(D.shape[1], A.shape[1], seed, offset, out)
     return out

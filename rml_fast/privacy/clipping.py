@@ -224,6 +224,14 @@ class ClippingEngine:
             cp.forms.append((self.layers[i][0], self.rules.lookup(rec.module)(rec.module, rec.x, dy)))
         return cp
 
+    def _gemm_backend(self, A: torch.Tensor) -> str:
+        # On CPU torch's BLAS (MKL/oneDNN) runs this GEMM faster than the SciPy BLAS the
+        # native kernel calls (measured in benchmarks/bench_clip.py), so "auto" uses it
+        # there; the noise is the same Philox stream either way.
+        if self.backend == "auto" and A.device.type == "cpu":
+            return "reference"
+        return self.backend
+
     def _ghost(self, A: torch.Tensor, D: torch.Tensor) -> bool:
         if self.mode != "auto":
             return self.mode == "ghost"
@@ -366,11 +374,12 @@ class ClippingEngine:
             wt = w.to(f.A.dtype)
             full = f.rows == slice(None)
             kw = pos[id(f.weight)]
-            fuse = std > 0.0 and full and kw not in grads and kw not in noised
+            backend = self._gemm_backend(f.A)
+            fuse = (std > 0.0 and full and kw not in grads and kw not in noised
+                    and backend != "reference")
             g = kclip.scaled_outer_accumulate(
                 f.A.reshape(B * S, d), f.D.reshape(B * S, p_rows), wt, S,
-                noise_std=std if fuse else 0.0, seed=seed, offset=offsets[kw],
-                backend=self.backend,
+                noise_std=std if fuse else 0.0, seed=seed, offset=offsets[kw], backend=backend,
             )
             if fuse:
                 noised.add(kw)

@@ -368,17 +368,26 @@ class DPC4Optimizer(torch.optim.Optimizer):
                 [(cp, (1 - beta) * u + beta * w_anchor), (cp_prev, -(1 - beta) * u)],
                 noise_std=std, seed=self.seed, offset=offset,
             )
-        if self._v is None:
-            self._v = [torch.zeros_like(p) for p in params]
-        for v, p in zip(self._v, params, strict=True):
-            v.mul_(1 - beta).add_(p.grad, alpha=1.0 / Bexp)
-            p.grad.copy_(v)
-        self._x_prev = [p.detach().clone() for p in params]
-        move_sq = 0.0
-        for v, p in zip(self._v, params, strict=True):
-            direction = v if self.weight_decay == 0.0 else v + self.weight_decay * p
-            move_sq += float(direction.double().square().sum()) * lr * lr
-            p.sub_(direction, alpha=lr)
+        if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
+            for p in params:
+                p.grad.div_(Bexp)
+                if self.weight_decay != 0.0:
+                    p.sub_(p, alpha=lr * self.weight_decay)
+                p.sub_(p.grad, alpha=lr)
+            move_sq = 0.0
+        else:
+            if self._v is None:
+                self._v = [torch.zeros_like(p) for p in params]
+            for v, p in zip(self._v, params, strict=True):
+                v.mul_(1 - beta).add_(p.grad, alpha=1.0 / Bexp)
+                p.grad.copy_(v)
+            self._x_prev = [p.detach().clone() for p in params]
+            move_sq = 0.0
+            for v, p in zip(self._v, params, strict=True):
+                direction = v if self.weight_decay == 0.0 else v + self.weight_decay * p
+                move_sq += float(torch.linalg.vector_norm(direction, dtype=torch.float64)) ** 2
+                p.sub_(direction, alpha=lr)
+            move_sq *= lr * lr
         self._last_move, self._last_lr = math.sqrt(move_sq), lr
         self.steps += 1
         self.last_stats = {
