@@ -271,7 +271,7 @@ class ClippingEngine:
             else:
                 out = torch.einsum("bsp,bsd->bpd", f.D, f.A).square().sum((1, 2)).double()
             if f.bias is not None:
-                out = out + f.D.sum(1).double().square().sum(1)
+                out = out + f.bias_per_sample.double().square().sum(1)
             return out
         if isinstance(f, EmbeddingForm):
             return _segment_sq_norms(f.ids, f.D, f.weight.shape[0])
@@ -290,7 +290,7 @@ class ClippingEngine:
                 G = torch.einsum("bsp,bsd->bpd", f.D, f.A) - torch.einsum("bsp,bsd->bpd", f2.D, f2.A)
                 out = G.square().sum((1, 2)).double()
             if f.bias is not None:
-                out = out + E.sum(1).double().square().sum(1)
+                out = out + (f.bias_per_sample - f2.bias_per_sample).double().square().sum(1)
             return out
         if isinstance(f, EmbeddingForm) and isinstance(f2, EmbeddingForm):
             ids = torch.cat([f.ids, f2.ids], 1)
@@ -345,10 +345,10 @@ class ClippingEngine:
             g = grads.get(k)
             if g is None:
                 g = torch.zeros_like(p)
+            g = g.to(p.dtype).view(p.shape)
             if noise_std > 0.0 and k not in noised:
-                z = _philox_normal(p.numel(), seed, offsets[k], p)
-                g = g + noise_std * z.reshape(p.shape)
-            p.grad = g.to(p.dtype)
+                g.add_(_philox_normal(p.numel(), seed, offsets[k], p).view(p.shape), alpha=noise_std)
+            p.grad = g
 
     def _accumulate_form(
         self,
@@ -390,7 +390,7 @@ class ClippingEngine:
                     grads[kw] = torch.zeros_like(f.weight, dtype=f.A.dtype)
                 grads[kw].view(f.weight.shape[0], -1)[f.rows] += g
             if f.bias is not None:
-                add(f.bias, wt @ f.D.sum(1))
+                add(f.bias, wt @ f.bias_per_sample)
         elif isinstance(f, EmbeddingForm):
             V, p = f.weight.shape
             rows = (f.D * w.to(f.D.dtype)[:, None, None]).reshape(-1, p)

@@ -46,6 +46,7 @@ __all__ = [
     "calibrate_noise_multiplier",
     "make_private_dpc4",
     "privacy_spent",
+    "train_private",
 ]
 
 logger = logging.getLogger(__name__)
@@ -335,7 +336,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:  # type: ignore[override]
-        """One private step; returns the per-sample losses at ``x_t`` (detached)."""
+        """One private step; returns the per-sample gradient norms at ``x_t``, (B,) float64."""
         if closure is None:
             raise ValueError("closure is required: closure() -> per-sample losses of shape (B,)")
         t = self.steps
@@ -351,9 +352,11 @@ class DPC4Optimizer(torch.optim.Optimizer):
         w_anchor = clip_factors(norms, anchor_clip)
         offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
         Bexp = float(self.expected_batch_size)
+        # sums and noise are divided by B inside the accumulate (folded into the weights)
         if beta >= 1.0:
             std = sigma_g * anchor_clip
-            self.engine.accumulate([(cp, w_anchor)], noise_std=std, seed=self.seed, offset=offset)
+            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
+                                   seed=self.seed, offset=offset)
             drift_threshold, clipped_frac_drift = math.nan, math.nan
         else:
             cp_prev = self._previous_pass(closure)
@@ -365,12 +368,11 @@ class DPC4Optimizer(torch.optim.Optimizer):
             clipped_frac_drift = float((u < 1).double().mean()) if u.numel() else 0.0
             std = math.hypot((1 - beta) * sigma_d * drift_threshold, beta * sigma_g * anchor_clip)
             self.engine.accumulate(
-                [(cp, (1 - beta) * u + beta * w_anchor), (cp_prev, -(1 - beta) * u)],
-                noise_std=std, seed=self.seed, offset=offset,
+                [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
+                noise_std=std / Bexp, seed=self.seed, offset=offset,
             )
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:
-                p.grad.div_(Bexp)
                 if self.weight_decay != 0.0:
                     p.sub_(p, alpha=lr * self.weight_decay)
                 p.sub_(p.grad, alpha=lr)
@@ -379,7 +381,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
             if self._v is None:
                 self._v = [torch.zeros_like(p) for p in params]
             for v, p in zip(self._v, params, strict=True):
-                v.mul_(1 - beta).add_(p.grad, alpha=1.0 / Bexp)
+                v.mul_(1 - beta).add_(p.grad)
                 p.grad.copy_(v)
             self._x_prev = [p.detach().clone() for p in params]
             move_sq = 0.0
@@ -397,11 +399,56 @@ class DPC4Optimizer(torch.optim.Optimizer):
         }
         return norms
 
-    def privacy_spent(self, delta: float) -> float:
-        """``epsilon`` spent so far at ``delta`` (needs ``sample_rate``)."""
+    def privacy_spent(self, delta: float, *, h: float = 1e-4) -> float:
+        """``epsilon`` spent so far at ``delta`` (needs ``sample_rate``; PLD, pessimistic).
+
+        A coarser ``h`` is faster and still an upper bound (buckets round losses up).
+        """
         if self.sample_rate is None:
             raise ValueError("privacy_spent needs the optimizer's sample_rate")
-        return privacy_spent(self.noise_multiplier, self.sample_rate, self.steps, delta)
+        return privacy_spent(self.noise_multiplier, self.sample_rate, self.steps, delta, h=h)
+
+
+def train_private(
+    model: nn.Module,
+    optimizer: DPC4Optimizer,
+    loader: Any,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    epochs: int,
+    delta: float,
+    *,
+    progress: bool = True,
+    callback: Callable[[int, DPC4Optimizer], None] | None = None,
+) -> list[float]:
+    """Train with ``optimizer`` over ``epochs`` passes of a (Poisson) loader of ``(x, y)``.
+
+    ``loss_fn(output, y)`` must return per-sample losses (``reduction="none"``). A progress
+    bar shows the step, the mean loss and the privacy spent so far (epsilon at ``delta``,
+    PLD at ``h=1e-3``: a pessimistic bound), logged at INFO after each epoch. Interrupting
+    (Ctrl-C) keeps the model as trained so far. Returns epsilon after each epoch.
+    """
+    from tqdm.auto import tqdm
+
+    epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
+    delta = float(check_scalar(delta, "delta", _FRACTION))
+    spent: list[float] = []
+    total = epochs * len(loader)
+    with tqdm(total=total, disable=not progress, desc=f"{optimizer.algorithm} training") as bar:
+        for epoch in range(epochs):
+            running, count = 0.0, 0
+            for x, y in loader:
+                optimizer.step(lambda m, x=x, y=y: loss_fn(m(x), y))
+                running += float(optimizer.last_stats.get("batch_size", 0.0))
+                count += 1
+                bar.update(1)
+                if callback is not None:
+                    callback(optimizer.steps, optimizer)
+            eps = optimizer.privacy_spent(delta, h=1e-3) if optimizer.sample_rate else math.nan
+            spent.append(eps)
+            bar.set_postfix(epoch=epoch + 1, eps=f"{eps:.3g}", batch=f"{running / max(count, 1):.1f}")
+            logger.info("epoch %d: epsilon %.4g at delta %g after %d steps",
+                        epoch + 1, eps, delta, optimizer.steps)
+    return spent
 
 
 def _takes_model(closure: Callable[..., Any]) -> bool:

@@ -165,6 +165,9 @@ class _DPC4Linear(BaseEstimator):
             if self.callback is not None:
                 self._set(theta)
                 self.callback(t, self.coef_, self.intercept_)
+            if self.progress and (t + 1) % steps_per_epoch == 0 and sigma > 0:
+                spent = privacy_spent(sigma, q, t + 1, v["delta"], h=1e-3)  # pessimistic
+                bar.set_postfix(epoch=(t + 1) // steps_per_epoch, eps=f"{spent:.3g}")
         self._set(theta)
         self.noise_multiplier_ = sigma
         self.n_iter_ = T
@@ -207,6 +210,7 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         Skip calibration and use this ``sigma_eff`` (``epsilon_`` then reports the spend).
     random_state : Generator, int or None
     progress : bool, default=False
+        Show a progress bar with the privacy spent so far (epsilon at ``delta``, PLD).
     callback : callable, optional
         ``callback(t, coef, intercept)`` after each step.
 

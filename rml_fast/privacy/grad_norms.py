@@ -48,10 +48,18 @@ class GemmForm:
     D: torch.Tensor  # (B, S, p)
     bias: nn.Parameter | None = None
     rows: slice = field(default_factory=lambda: slice(None))
+    _bias_ps: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
         return (self.weight,) if self.bias is None else (self.weight, self.bias)
+
+    @property
+    def bias_per_sample(self) -> torch.Tensor:
+        """Per-sample bias gradients ``sum_s D_is``, shape (B, p) (computed once)."""
+        if self._bias_ps is None:
+            self._bias_ps = self.D.sum(1)
+        return self._bias_ps
 
 
 @dataclass

@@ -18,6 +18,7 @@ from rml_fast.privacy.dp_c4 import (
     calibrate_noise_multiplier,
     make_private_dpc4,
     privacy_spent,
+    train_private,
 )
 from rml_fast.privacy.dp_c4_linear import DPC4Classifier, DPC4Regressor
 
@@ -189,11 +190,15 @@ def test_make_private_and_privacy_spent() -> None:
         generator=torch.Generator().manual_seed(0))
     assert isinstance(private_loader.batch_sampler, PoissonBatchSampler)
     assert opt.sample_rate == pytest.approx(0.1)
-    for xb, yb in private_loader:
-        opt.step(lambda xb=xb, yb=yb: _losses(model, xb, yb))
-    assert opt.steps == 10
+    seen: list[int] = []
+    per_epoch = train_private(
+        model, opt, private_loader, lambda out, yb: nn.functional.cross_entropy(
+            out, yb, reduction="none"), epochs=1, delta=1e-5, progress=False,
+        callback=lambda t, o: seen.append(t))
+    assert opt.steps == 10 and seen == list(range(1, 11))
     spent = opt.privacy_spent(1e-5)
     assert 0.0 < spent < 3.0
+    assert spent <= per_epoch[0] < spent * 1.05  # coarser grid: pessimistic, close
     for _ in range(10):  # a second epoch reaches the target
         opt.step(lambda: _losses(model, X[:20], y[:20]))
     assert opt.privacy_spent(1e-5) == pytest.approx(3.0, rel=0.01)
