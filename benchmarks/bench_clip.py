@@ -9,7 +9,9 @@ one row-scaled GEMM per layer, Philox noise). Peers: Opacus ``GradSampleModule``
 the memory baseline.
 
 Cases: MLP (d=p=1024, B=256), small CNN (32x32, B=128), transformer block (S=128, d=256,
-B=16), embedding bag (V=50k, S=64, B=64). ``--quick``: the MLP at d=p=256, B=64.
+B=16), embedding bag (V=50k, S=64, B=64). ``--quick``: the MLP at d=p=256, B=64. A row
+"dpc4 step" vs "rml_fast dpsgd step" gives the cost of DP-C4's coupled two-pass step. On a
+CUDA machine every case also runs on the GPU.
 """
 
 from __future__ import annotations
@@ -80,10 +82,15 @@ def _case(name: str, quick: bool) -> tuple[nn.Module, torch.Tensor, torch.Tensor
     return model, x, torch.randint(0, 2, (B,))
 
 
-def _ours(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], Any]:
+def _ours(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+          algorithm: str = "dpsgd") -> Callable[[], Any]:
     opt = DPC4Optimizer(model, lr=LR, noise_multiplier=SIGMA, expected_batch_size=x.shape[0],
-                        anchor_clip=C, algorithm="dpsgd", seed=0)
-    return lambda: opt.step(lambda: nn.functional.cross_entropy(model(x), y, reduction="none"))
+                        anchor_clip=C, algorithm=algorithm, seed=0)
+    step = lambda: opt.step(  # noqa: E731
+        lambda: nn.functional.cross_entropy(model(x), y, reduction="none"))
+    if algorithm == "dpc4":
+        step()  # past t = 0, so every timed step runs the coupled (two-pass) update
+    return step
 
 
 def _nonprivate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], Any]:
@@ -134,9 +141,14 @@ def _opacus_ghost(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callabl
 
 def _body(suite: Suite, case: dict[str, Any]) -> None:
     model, x, y = _case(case["model"], suite.quick)
+    device = case.get("device", "cpu")
+    model, x, y = model.to(device), x.to(device), y.to(device)
     ours = _ours(copy.deepcopy(model), x, y)
     suite.compare(case, ours, _nonprivate(copy.deepcopy(model), x, y),
-                  peer_name="non-private SGD")
+                  peer_name="non-private SGD", device=device)
+    # DP-C4's coupled step (two passes) against our own DP-SGD step: ratio = cost factor^-1
+    suite.compare({**case, "ours": "dpc4 step"}, _ours(copy.deepcopy(model), x, y, "dpc4"),
+                  ours, peer_name="rml_fast dpsgd step", device=device)
     try:
         import opacus  # noqa: F401
     except ImportError:
@@ -144,14 +156,16 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         suite.compare(case, ours, _opacus_hooks(copy.deepcopy(model), x, y),
-                      peer_name="opacus hooks")
+                      peer_name="opacus hooks", device=device)
         suite.compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
-                      peer_name="opacus ghost")
+                      peer_name="opacus ghost", device=device)
 
 
 def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
     names = ["mlp"] if quick else ["mlp", "cnn", "transformer", "embedding"]
-    cases = [{"model": n} for n in names]
+    cases: list[dict[str, Any]] = [{"model": n} for n in names]
+    if torch.cuda.is_available():  # the GPU section: the same cases on CUDA (Triton kernels)
+        cases += [{"model": n, "device": "cuda"} for n in names]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
