@@ -187,7 +187,9 @@ class DPC4Optimizer(torch.optim.Optimizer):
     and at ``x_{t-1}`` (same batch). With ``memory_efficient=False`` the closure must take
     the model to evaluate (a shadow copy holds ``x_{t-1}``). After ``step`` each ``p.grad``
     holds the released estimator ``v_t``; ``last_stats`` has ``beta_t``, ``eta_t``,
-    ``C_t`` and the clipped fractions.
+    ``C_t`` and the clipped fractions. The torch RNG state is replayed for the second pass,
+    so dropout masks (and any other torch randomness in the closure) are the same at
+    ``x_t`` and ``x_{t-1}``, as the coupling requires.
 
     Examples
     --------
@@ -346,6 +348,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
             group["lr"] = lr
         beta = self.beta(t)
         sigma_g, sigma_d = self.noise_multipliers(t)
+        rng_state = _rng_state()  # both passes see the same randomness (e.g. dropout masks)
         cp = self._pass(self.engine, closure, self.module)
         norms = self.engine.norms(cp)
         anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
@@ -359,7 +362,12 @@ class DPC4Optimizer(torch.optim.Optimizer):
                                    seed=self.seed, offset=offset)
             drift_threshold, clipped_frac_drift = math.nan, math.nan
         else:
-            cp_prev = self._previous_pass(closure)
+            after = _rng_state()
+            _set_rng_state(rng_state)
+            try:
+                cp_prev = self._previous_pass(closure)
+            finally:
+                _set_rng_state(after)
             diffs = self.engine.diff_norms(cp, cp_prev)
             drift_threshold = self.drift_clip_scale * (
                 self._last_move + self._last_lr * self.threshold_shift
@@ -449,6 +457,17 @@ def train_private(
             logger.info("epoch %d: epsilon %.4g at delta %g after %d steps",
                         epoch + 1, eps, delta, optimizer.steps)
     return spent
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1]:
+        torch.cuda.set_rng_state_all(state[1])
 
 
 def _takes_model(closure: Callable[..., Any]) -> bool:

@@ -255,3 +255,37 @@ def test_regressor_approaches_ridge_solution() -> None:
     np.testing.assert_allclose(reg.coef_, coef, atol=0.05)
     assert reg.epsilon_ <= 8.0
     assert reg.score(X, y) > 0.9
+
+
+def test_both_passes_see_the_same_dropout_masks() -> None:
+    """With dropout, the coupled drift is computed under the same mask at x_t and x_{t-1}:
+    noise-free with huge thresholds it still equals STORM with a shared mask."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.5), nn.Linear(16, 2)).double()
+    ref = copy.deepcopy(model)
+    batches = _batches(4)
+    opt = DPC4Optimizer(model, lr=0.3, noise_multiplier=0.0, expected_batch_size=10,
+                        anchor_clip=1e8, drift_clip_scale=1e8, beta0=0.7, seed=0)
+    torch.manual_seed(42)
+    for x, y in batches:
+        opt.step(lambda x=x, y=y: _losses(model, x, y))
+    torch.manual_seed(42)
+    prev, v = copy.deepcopy(ref), None
+    for t, (x, y) in enumerate(batches):
+        beta = 1.0 if t == 0 else min(1.0, 0.7 / (t + 1) ** (2 / 3))
+        state = torch.get_rng_state()
+        g = torch.autograd.grad(_losses(ref, x, y).mean(), list(ref.parameters()))
+        if v is None:
+            v = list(g)
+        else:
+            after = torch.get_rng_state()
+            torch.set_rng_state(state)
+            gp = torch.autograd.grad(_losses(prev, x, y).mean(), list(prev.parameters()))
+            torch.set_rng_state(after)
+            v = [(1 - beta) * (vi + gi - gpi) + beta * gi for vi, gi, gpi in zip(v, g, gp, strict=True)]
+        prev = copy.deepcopy(ref)
+        with torch.no_grad():
+            for p, vi in zip(ref.parameters(), v, strict=True):
+                p.sub_(0.3 * vi)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
