@@ -152,35 +152,38 @@ def _gemm_forms(module: nn.Module, A: torch.Tensor, D: torch.Tensor) -> list[For
     return []
 
 
-def _conv_padded_input(module: nn.Module, x: torch.Tensor, nd: int) -> torch.Tensor:
-    """The input as the convolution sees it: explicitly padded, so that unfold pads 0."""
+def _conv_padded_input(
+    module: nn.Module, x: torch.Tensor, nd: int
+) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The input as the convolution sees it, and the zero padding left for unfold to add."""
+    zero = (0,) * nd
     if module.padding_mode != "zeros":
-        return F.pad(x, module._reversed_padding_repeated_twice, mode=module.padding_mode)
+        return F.pad(x, module._reversed_padding_repeated_twice, mode=module.padding_mode), zero
     if isinstance(module.padding, str):  # "same" or "valid"
         if module.padding == "valid":
-            return x
+            return x, zero
         pads: list[int] = []
         for k, dil in zip(reversed(module.kernel_size), reversed(module.dilation), strict=True):
             total = dil * (k - 1)
             pads += [total // 2, total - total // 2]
-        return F.pad(x, pads)
-    pads = []
-    for p in reversed(module.padding[:nd]):
-        pads += [p, p]
-    return F.pad(x, pads) if any(pads) else x
+        if all(pads[i] == pads[i + 1] for i in range(0, len(pads), 2)):
+            return x, tuple(reversed(pads[::2]))
+        return F.pad(x, pads), zero
+    return x, tuple(module.padding[:nd])
 
 
 @LAYER_RULES.register(nn.Conv1d, nn.Conv2d)
 def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     nd = 1 if isinstance(module, nn.Conv1d) else 2
     B = x.shape[0]
-    x = _conv_padded_input(module, x, nd)
+    x, padding = _conv_padded_input(module, x, nd)
     if nd == 1:
         x, dy = x.unsqueeze(2), dy.unsqueeze(2)
         kernel, dilation, stride = (1, *module.kernel_size), (1, *module.dilation), (1, *module.stride)
+        padding = (0, *padding)
     else:
         kernel, dilation, stride = module.kernel_size, module.dilation, module.stride
-    cols = F.unfold(x, kernel, dilation=dilation, stride=stride)  # (B, C_in*k, L)
+    cols = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)  # (B, C_in*k, L)
     L = cols.shape[-1]
     c_out, groups = module.out_channels, module.groups
     D_all = dy.reshape(B, c_out, L)
