@@ -15,7 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "DPC4Classifier/DPC4Regressor need scikit-learn: pip install scikit-learn"
+    ) from exc
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER, normal, seed_from_rng
