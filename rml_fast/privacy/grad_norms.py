@@ -183,29 +183,47 @@ def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
         padding = (0, *padding)
     else:
         kernel, dilation, stride = module.kernel_size, module.dilation, module.stride
-    cols = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)  # (B, C_in*k, L)
-    L = cols.shape[-1]
+    cols = _unfold(x, kernel, dilation, padding, stride)  # (B, L, C_in*k), contiguous
+    L = cols.shape[1]
     c_out, groups = module.out_channels, module.groups
-    D_all = dy.reshape(B, c_out, L)
     if dy.shape[-1] * dy.shape[-2] != L:
         raise RuntimeError(f"conv unfold produced {L} positions, output has {dy.shape[2:]}")
+    D_all = dy.reshape(B, c_out, L).transpose(1, 2).contiguous()  # (B, L, C_out)
     weight, bias = module.weight, module.bias
-    per_in = cols.shape[1] // groups
+    per_in = cols.shape[2] // groups
     per_out = c_out // groups
     forms: list[Form] = []
     if not _trainable(weight):
-        return [SampleForm({bias: D_all.sum(2)})] if _trainable(bias) else []
+        return [SampleForm({bias: D_all.sum(1)})] if _trainable(bias) else []
     for g in range(groups):
-        A = cols[:, g * per_in:(g + 1) * per_in].transpose(1, 2)  # (B, L, d)
-        D = D_all[:, g * per_out:(g + 1) * per_out].transpose(1, 2)  # (B, L, p)
+        A = cols if groups == 1 else cols[:, :, g * per_in:(g + 1) * per_in]  # (B, L, d)
+        D = D_all if groups == 1 else D_all[:, :, g * per_out:(g + 1) * per_out]  # (B, L, p)
         rows = slice(g * per_out, (g + 1) * per_out)
         if groups == 1:
             forms.append(GemmForm(weight, A, D, bias if _trainable(bias) else None, rows))
         else:
             forms.append(GemmForm(weight, A, D, None, rows))
     if groups > 1 and _trainable(bias):
-        forms.append(SampleForm({bias: D_all.sum(2)}))
+        forms.append(SampleForm({bias: D_all.sum(1)}))
     return forms
+
+
+def _unfold(
+    x: torch.Tensor,
+    kernel: tuple[int, ...],
+    dilation: tuple[int, ...],
+    padding: tuple[int, ...],
+    stride: tuple[int, ...],
+) -> torch.Tensor:
+    """im2col as one strided copy: (B, C, H, W) -> (B, L, C * kh * kw), channel-major rows
+    (the layout of ``weight.view(C_out, -1)``). Faster on CPU than ``F.unfold``."""
+    if any(padding):
+        x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+    (kh, kw), (dh, dw), (sh, sw) = kernel, dilation, stride
+    win = x.unfold(2, dh * (kh - 1) + 1, sh).unfold(3, dw * (kw - 1) + 1, sw)
+    win = win[..., ::dh, ::dw]  # (B, C, Ho, Wo, kh, kw)
+    B, C, Ho, Wo = win.shape[:4]
+    return win.permute(0, 2, 3, 1, 4, 5).reshape(B, Ho * Wo, C * kh * kw)
 
 
 @LAYER_RULES.register(nn.Embedding)
