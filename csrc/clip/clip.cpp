@@ -1,0 +1,143 @@
+#include "clip/clip.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "common/philox.hpp"
+
+namespace rml::clip {
+
+namespace {
+
+template <typename T>
+inline double dot(const T* x, const T* y, std::int64_t n) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (std::int64_t k = 0; k < n; ++k) acc += static_cast<double>(x[k]) * static_cast<double>(y[k]);
+  return acc;
+}
+
+// Rows per tile: a tile of A_i rows and one of D_i rows stay in L1/L2 while every pair
+// (s, s') of the two tiles is visited.
+constexpr std::int64_t kTile = 32;
+
+template <typename T>
+double ghost_one(const T* a, const T* dd, std::int64_t S, std::int64_t d, std::int64_t p) {
+  if (S == 1) return dot(a, a, d) * dot(dd, dd, p);
+  double acc = 0.0;
+  for (std::int64_t s0 = 0; s0 < S; s0 += kTile) {
+    const std::int64_t s1 = std::min(S, s0 + kTile);
+    for (std::int64_t t0 = 0; t0 <= s0; t0 += kTile) {
+      const std::int64_t t1 = std::min(S, t0 + kTile);
+      for (std::int64_t s = s0; s < s1; ++s) {
+        const std::int64_t tend = std::min(t1, s + 1);
+        for (std::int64_t t = t0; t < tend; ++t) {
+          const double ga = dot(a + s * d, a + t * d, d);
+          const double gd = dot(dd + s * p, dd + t * p, p);
+          acc += (s == t ? 1.0 : 2.0) * ga * gd;
+        }
+      }
+    }
+  }
+  return acc;
+}
+
+template <typename T>
+double cross_one(const T* a, const T* dd, const T* a2, const T* d2, std::int64_t S,
+                 std::int64_t S2, std::int64_t d, std::int64_t p) {
+  double acc = 0.0;
+  for (std::int64_t s0 = 0; s0 < S; s0 += kTile) {
+    const std::int64_t s1 = std::min(S, s0 + kTile);
+    for (std::int64_t t0 = 0; t0 < S2; t0 += kTile) {
+      const std::int64_t t1 = std::min(S2, t0 + kTile);
+      for (std::int64_t s = s0; s < s1; ++s) {
+        for (std::int64_t t = t0; t < t1; ++t) {
+          acc += dot(a + s * d, a2 + t * d, d) * dot(dd + s * p, d2 + t * p, p);
+        }
+      }
+    }
+  }
+  return acc;
+}
+
+}  // namespace
+
+template <typename T>
+void ghost_norm_sq(const T* A, const T* D, std::int64_t B, std::int64_t S, std::int64_t d,
+                   std::int64_t p, double* out) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t i = 0; i < B; ++i) {
+    out[i] = ghost_one(A + i * S * d, D + i * S * p, S, d, p);
+  }
+}
+
+template <typename T>
+void ghost_cross(const T* A, const T* D, const T* A2, const T* D2, std::int64_t B, std::int64_t S,
+                 std::int64_t S2, std::int64_t d, std::int64_t p, double* out) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t i = 0; i < B; ++i) {
+    out[i] = cross_one(A + i * S * d, D + i * S * p, A2 + i * S2 * d, D2 + i * S2 * p, S, S2, d,
+                       p);
+  }
+}
+
+template <typename T>
+void scaled_outer_accumulate(const T* A, const T* D, const T* w, std::int64_t N, std::int64_t d,
+                             std::int64_t p, std::int64_t S, T* out, double noise_std,
+                             std::uint64_t seed, std::uint64_t offset, GemmFn<T> gemm) {
+  const bool fits_int = N <= INT_MAX && d <= INT_MAX && p <= INT_MAX;
+  if (gemm != nullptr && fits_int && N > 0) {
+    // Scale the narrower operand's rows by w[r / S] (the "prologue"), then one GEMM.
+    const bool scale_a = d < p;
+    const std::int64_t cols = scale_a ? d : p;
+    const T* src = scale_a ? A : D;
+    std::vector<T> scaled(static_cast<std::size_t>(N * cols));
+#pragma omp parallel for schedule(static)
+    for (std::int64_t r = 0; r < N; ++r) {
+      const T wr = w[r / S];
+      for (std::int64_t k = 0; k < cols; ++k) scaled[static_cast<std::size_t>(r * cols + k)] = wr * src[r * cols + k];
+    }
+    const T* Ause = scale_a ? scaled.data() : A;
+    const T* Duse = scale_a ? D : scaled.data();
+    // Row-major out (p x d) is column-major out^T (d x p) = A_cm (d x N) * (D_cm)^T (N x p).
+    const int m = static_cast<int>(d), n = static_cast<int>(p), k = static_cast<int>(N);
+    const T one = 1, zero = 0;
+    gemm("N", "T", &m, &n, &k, &one, Ause, &m, Duse, &n, &zero, out, &m);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t j = 0; j < p; ++j) {
+      T* row = out + j * d;
+      std::fill(row, row + d, T(0));
+      for (std::int64_t r = 0; r < N; ++r) {
+        const T c = w[r / S] * D[r * p + j];
+        if (c == T(0)) continue;
+        const T* a = A + r * d;
+#pragma omp simd
+        for (std::int64_t k = 0; k < d; ++k) row[k] += c * a[k];
+      }
+    }
+  }
+  if (noise_std > 0.0) {
+    const std::int64_t total = p * d;
+    const T sd = static_cast<T>(noise_std);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t e = 0; e < total; ++e) {
+      out[e] += sd * static_cast<T>(philox_normal(seed, offset + static_cast<std::uint64_t>(e)));
+    }
+  }
+}
+
+#define RML_CLIP_INSTANTIATE(T)                                                                    \
+  template void ghost_norm_sq<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t,     \
+                                 std::int64_t, double*);                                           \
+  template void ghost_cross<T>(const T*, const T*, const T*, const T*, std::int64_t, std::int64_t, \
+                               std::int64_t, std::int64_t, std::int64_t, double*);                 \
+  template void scaled_outer_accumulate<T>(const T*, const T*, const T*, std::int64_t,             \
+                                           std::int64_t, std::int64_t, std::int64_t, T*, double,   \
+                                           std::uint64_t, std::uint64_t, GemmFn<T>);
+
+RML_CLIP_INSTANTIATE(float)
+RML_CLIP_INSTANTIATE(double)
+
+}  // namespace rml::clip

@@ -1,0 +1,339 @@
+"""Per-sample clipping kernels: ghost norms (Gram-Hadamard reductions) and the scaled accumulate.
+
+A layer that acts linearly on positions (Linear on sequences, Conv via unfold) has, for
+sample ``i``, input rows ``A_i`` of shape (S, d) and output-gradient rows ``D_i`` of shape
+(S, p); its per-sample weight gradient is ``G_i = D_i^T A_i`` of shape (p, d). The kernels
+here work on those rows without ever forming the ``B`` matrices ``G_i``:
+
+* :func:`ghost_norm_sq` -- ``||G_i||_F^2 = sum((A_i A_i^T) * (D_i D_i^T))`` and the cross
+  term ``<G_i, G2_i>_F = sum((A_i A2_i^T) * (D_i D2_i^T))`` (Li et al., arXiv 2110.05679;
+  Bu et al., arXiv 2210.00038), accumulated in float64.
+* :func:`scaled_outer_accumulate` -- ``out = sum_i w_i G_i = D^T diag(w[row // S]) A`` (one
+  GEMM with the per-sample weights fused into the rows), optionally plus
+  ``noise_std * z`` with ``z`` the Philox normal stream ``normal(p * d, seed, offset)``
+  laid out row-major (so the noise is the same on every backend).
+
+Backends: ``"native"`` (C++, CPU tensors or NumPy arrays, OpenMP over samples; the GEMM
+calls the BLAS that SciPy ships through its Cython capsule, so the extension links
+neither torch nor a BLAS), ``"triton"`` (CUDA tensors, or CPU tensors under
+``TRITON_INTERPRET=1``) and ``"reference"`` (torch, any device).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rml_fast._validation import Interval, check_scalar
+from rml_fast.kernels._dispatch import Device, Kernel, device_of
+from rml_fast.kernels.random import MAX_COUNTER
+
+__all__ = [
+    "ghost_norm_sq",
+    "ghost_norm_sq_reference",
+    "scaled_outer_accumulate",
+    "scaled_outer_accumulate_reference",
+]
+
+_ghost = Kernel("clip.ghost_norm_sq")
+_accumulate = Kernel("clip.scaled_outer_accumulate")
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _check_tensor(x: Any, name: str, ndim: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    return x
+
+
+def _device(x: torch.Tensor) -> Device:
+    return device_of(x)
+
+
+# --- ghost norms -------------------------------------------------------------------------
+
+
+def ghost_norm_sq(
+    A: torch.Tensor,
+    D: torch.Tensor,
+    A2: torch.Tensor | None = None,
+    D2: torch.Tensor | None = None,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    r"""Per-sample squared Frobenius norms (or inner products) of ``G_i = D_i^T A_i``.
+
+    .. math::
+
+        n_i = \sum_{s, s'} (a_{is} \cdot a2_{is'}) (\delta_{is} \cdot \delta2_{is'})
+            = \langle D_i^T A_i, D2_i^T A2_i \rangle_F ,
+
+    with ``A2 = A``, ``D2 = D`` when omitted (then ``n_i = ||G_i||_F^2``). Cost
+    ``O(S^2 (d + p))`` per sample, no ``p x d`` matrix is formed.
+
+    Parameters
+    ----------
+    A : torch.Tensor of shape (B, S, d), float32 or float64
+        Layer inputs per sample and position.
+    D : torch.Tensor of shape (B, S, p), same dtype
+        Gradients of the per-sample losses with respect to the layer outputs.
+    A2, D2 : torch.Tensor of shapes (B, S2, d) and (B, S2, p), optional
+        The second factor of the inner product; both or neither.
+    backend : {"auto", "native", "triton", "reference"}, default="auto"
+
+    Returns
+    -------
+    out : torch.Tensor of shape (B,), float64
+        Accumulated in float64 on the native and reference backends and in float32
+        on the Triton one (then cast).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On non-tensors, other dtypes, or inconsistent shapes.
+
+    References
+    ----------
+    Li, Tramer, Liang, Hashimoto, arXiv 2110.05679 (ghost clipping); Bu, Mao, Xu,
+    arXiv 2210.00038 (book-keeping, mixed ghost).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.kernels.clip import ghost_norm_sq
+    >>> A, D = torch.randn(3, 5, 4, dtype=torch.float64), torch.randn(3, 5, 2, dtype=torch.float64)
+    >>> G = torch.einsum("bsp,bsd->bpd", D, A)
+    >>> bool(torch.allclose(ghost_norm_sq(A, D), G.square().sum((1, 2))))
+    True
+    """
+    A = _check_tensor(A, "A", 3)
+    D = _check_tensor(D, "D", 3)
+    if (A2 is None) != (D2 is None):
+        raise ValueError("A2 and D2 must be given together")
+    if D.dtype != A.dtype or D.shape[:2] != A.shape[:2]:
+        raise ValueError(
+            f"D must have A's dtype and leading shape (B, S)={tuple(A.shape[:2])}, "
+            f"got {D.dtype} {tuple(D.shape)}"
+        )
+    if A2 is not None and D2 is not None:
+        A2 = _check_tensor(A2, "A2", 3)
+        D2 = _check_tensor(D2, "D2", 3)
+        if A2.dtype != A.dtype or A2.shape[0] != A.shape[0] or A2.shape[2] != A.shape[2]:
+            raise ValueError(f"A2 must be of shape (B, S2, {A.shape[2]}) with A's dtype")
+        if D2.dtype != A.dtype or D2.shape[:2] != A2.shape[:2] or D2.shape[2] != D.shape[2]:
+            raise ValueError(f"D2 must be of shape {tuple(A2.shape[:2])} + ({D.shape[2]},)")
+    return _ghost(A, D, A2, D2, device=_device(A), backend=backend)
+
+
+def ghost_norm_sq_reference(
+    A: torch.Tensor,
+    D: torch.Tensor,
+    A2: torch.Tensor | None = None,
+    D2: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Torch twin of :func:`ghost_norm_sq` (float64 Grams); returns shape (B,), float64."""
+    A, D = A.double(), D.double()
+    A2 = A if A2 is None else A2.double()
+    D2 = D if D2 is None else D2.double()
+    if A.shape[1] == 1 and A2.shape[1] == 1:
+        return (A[:, 0] * A2[:, 0]).sum(1) * (D[:, 0] * D2[:, 0]).sum(1)
+    ga = torch.bmm(A, A2.transpose(1, 2))
+    gd = torch.bmm(D, D2.transpose(1, 2))
+    return (ga * gd).sum((1, 2))
+
+
+@_ghost.register("reference")
+def _ghost_ref(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+    return ghost_norm_sq_reference(A, D, A2, D2)
+
+
+@_ghost.register("native")
+def _ghost_native(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+    from rml_fast._native import _C
+
+    A, D = A.detach().contiguous(), D.detach().contiguous()
+    out = torch.empty(A.shape[0], dtype=torch.float64)
+    if A2 is None:
+        _C.clip.ghost_norm_sq(A.numpy(), D.numpy(), out.numpy())
+    else:
+        A2, D2 = A2.detach().contiguous(), D2.detach().contiguous()
+        _C.clip.ghost_cross(A.numpy(), D.numpy(), A2.numpy(), D2.numpy(), out.numpy())
+    return out
+
+
+@_ghost.register("triton")
+def _ghost_triton(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+    from rml_fast.kernels.triton import clip as triton_clip
+
+    return triton_clip.ghost_norm_sq(A, D, A2, D2)
+
+
+# --- scaled accumulate -------------------------------------------------------------------
+
+
+def scaled_outer_accumulate(
+    A: torch.Tensor,
+    D: torch.Tensor,
+    w: torch.Tensor,
+    seq_len: int,
+    *,
+    noise_std: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+    backend: str = "auto",
+) -> torch.Tensor:
+    r"""Weighted sum of per-sample outer products, optionally with fused Gaussian noise.
+
+    .. math::
+
+        \mathrm{out}_{jk} = \sum_{r} w_{\lfloor r / S \rfloor} D_{rj} A_{rk}
+            + \sigma z_{jd + k}, \qquad z = \mathrm{normal}(p d, \mathrm{seed}, \mathrm{offset}),
+
+    i.e. ``sum_i w_i G_i`` for ``G_i = D_i^T A_i``, plus Philox noise (element ``j * d + k``
+    of the stream :func:`rml_fast.kernels.random.normal`). This writes the clipped sum of a
+    layer's per-sample gradients from stored activations and output gradients, with no
+    second backward pass (book-keeping).
+
+    Parameters
+    ----------
+    A : torch.Tensor of shape (B * S, d), float32 or float64
+    D : torch.Tensor of shape (B * S, p), same dtype
+    w : torch.Tensor of shape (B,)
+        Per-sample weights (cast to A's dtype).
+    seq_len : int
+        ``S``, the number of rows per sample.
+    noise_std : float, default=0.0
+        ``sigma >= 0``; 0 adds no noise.
+    seed, offset : int, default=0
+        Philox stream key and first counter of the noise.
+    backend : {"auto", "native", "triton", "reference"}, default="auto"
+
+    Returns
+    -------
+    out : torch.Tensor of shape (p, d), A's dtype
+        Accumulated in A's dtype by the BLAS (native, reference) or in float32 (Triton).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On bad types, shapes or scalars.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.kernels.clip import scaled_outer_accumulate
+    >>> A, D = torch.randn(6, 4, dtype=torch.float64), torch.randn(6, 2, dtype=torch.float64)
+    >>> w = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    >>> out = scaled_outer_accumulate(A, D, w, seq_len=2)
+    >>> ref = sum(w[i] * D[2 * i:2 * i + 2].T @ A[2 * i:2 * i + 2] for i in range(3))
+    >>> bool(torch.allclose(out, ref))
+    True
+    """
+    A = _check_tensor(A, "A", 2)
+    D = _check_tensor(D, "D", 2)
+    w = _check_tensor(w, "w", 1)
+    seq_len = int(check_scalar(seq_len, "seq_len", Interval("int", 1, None)))
+    if D.dtype != A.dtype or D.shape[0] != A.shape[0]:
+        raise ValueError(
+            f"D must have A's dtype and {A.shape[0]} rows, got {D.dtype} {tuple(D.shape)}"
+        )
+    if w.shape[0] * seq_len != A.shape[0]:
+        raise ValueError(
+            f"w must have A.shape[0] / seq_len = {A.shape[0] / seq_len} entries, got {w.shape[0]}"
+        )
+    noise_std = float(check_scalar(noise_std, "noise_std", Interval("real", 0.0, None)))
+    seed = int(check_scalar(seed, "seed", Interval("int", 0, MAX_COUNTER)))
+    n_out = A.shape[1] * D.shape[1]
+    offset = int(check_scalar(offset, "offset", Interval("int", 0, MAX_COUNTER - n_out)))
+    return _accumulate(
+        A, D, w.to(A.dtype), seq_len, noise_std, seed, offset, device=_device(A), backend=backend
+    )
+
+
+def _noise_reference(p: int, d: int, seed: int, offset: int, like: torch.Tensor) -> torch.Tensor:
+    from rml_fast.kernels.random import normal_reference
+
+    z = torch.from_numpy(normal_reference(p * d, seed, offset)).reshape(p, d)
+    return z.to(device=like.device, dtype=like.dtype)
+
+
+def scaled_outer_accumulate_reference(
+    A: torch.Tensor,
+    D: torch.Tensor,
+    w: torch.Tensor,
+    seq_len: int,
+    *,
+    noise_std: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+) -> torch.Tensor:
+    """Torch twin of :func:`scaled_outer_accumulate`; returns shape (p, d), A's dtype."""
+    rows = w.to(A.dtype).repeat_interleave(seq_len)
+    if A.shape[1] < D.shape[1]:
+        out = D.T @ (A * rows[:, None])
+    else:
+        out = (D * rows[:, None]).T @ A
+    if noise_std > 0.0:
+        out += noise_std * _noise_reference(D.shape[1], A.shape[1], seed, offset, out)
+    return out
+
+
+@_accumulate.register("reference")
+def _acc_ref(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+             device: Device) -> torch.Tensor:
+    return scaled_outer_accumulate_reference(A, D, w, S, noise_std=std, seed=seed, offset=offset)
+
+
+@_accumulate.register("native")
+def _acc_native(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+                device: Device) -> torch.Tensor:
+    from rml_fast._native import _C
+
+    A, D, w = A.detach().contiguous(), D.detach().contiguous(), w.detach().contiguous()
+    out = torch.empty(D.shape[1], A.shape[1], dtype=A.dtype)
+    _C.clip.scaled_outer_accumulate(
+        A.numpy(), D.numpy(), w.numpy(), S, out.numpy(), std, seed, offset, _blas_gemm(A.dtype)
+    )
+    return out
+
+
+@_accumulate.register("triton")
+def _acc_triton(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+                device: Device) -> torch.Tensor:
+    from rml_fast.kernels.triton import clip as triton_clip
+
+    return triton_clip.scaled_outer_accumulate(A, D, w, S, std, seed, offset)
+
+
+_BLAS_CACHE: dict[torch.dtype, int] = {}
+
+
+def _blas_gemm(dtype: torch.dtype) -> int:
+    """Address of SciPy's Fortran BLAS ``sgemm``/``dgemm`` (0 if unavailable).
+
+    The C++ kernel calls it through this pointer, so the extension links no BLAS itself.
+    """
+    if dtype not in _BLAS_CACHE:
+        addr = 0
+        try:
+            import ctypes
+
+            from scipy.linalg import cython_blas
+
+            capsule = cython_blas.__pyx_capi__["sgemm" if dtype == torch.float32 else "dgemm"]
+            get = ctypes.pythonapi.PyCapsule_GetPointer
+            get.restype = ctypes.c_void_p
+            get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+            get_name = ctypes.pythonapi.PyCapsule_GetName
+            get_name.restype = ctypes.c_char_p
+            get_name.argtypes = [ctypes.py_object]
+            addr = int(get(capsule, get_name(capsule)) or 0)
+        except (ImportError, KeyError, AttributeError, ValueError):  # pragma: no cover
+            addr = 0
+        _BLAS_CACHE[dtype] = addr
+    return _BLAS_CACHE[dtype]

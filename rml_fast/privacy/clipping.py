@@ -1,0 +1,512 @@
+"""Per-sample gradient norms, coupled (difference) norms and fused clip-and-accumulate.
+
+One forward pass records each supported layer's input; one ``torch.autograd.grad`` call
+returns the per-sample losses' gradients with respect to the layer *outputs* (no weight
+gradient is computed); then, per layer,
+
+* per-sample norms come from ghost Grams ``sum((A_i A_i^T) * (D_i D_i^T))`` or from
+  instantiated ``G_i = D_i^T A_i``, whichever is cheaper (``2 S^2 < p d`` -> ghost, the
+  mixed-ghost rule of Bu et al., arXiv 2210.00038);
+* the coupled norm ``||g_i(x) - g_i(x')||`` of DP-C4 from the two passes at ``x`` and
+  ``x'`` on the same batch, in a form without catastrophic cancellation:
+  ``G_i - G'_i = E_i^T A_i + D'_i^T F_i`` with ``E = D - D'``, ``F = A - A'``, so every
+  Gram term is small when the difference is;
+* the clipped sum ``sum_i w_i g_i (+ sum_i w'_i g_i(x')) + sigma z`` is written into
+  ``.grad`` with one weighted GEMM per layer (book-keeping: no second backward), ``z`` from
+  the Philox stream, identical on CPU and GPU for one seed.
+
+Runtime state lives in a :class:`ClippingEngine`, never on the parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from rml_fast._validation import Interval, check_scalar
+from rml_fast.kernels import clip as kclip
+from rml_fast.kernels.random import MAX_COUNTER
+from rml_fast.privacy.grad_norms import (
+    LAYER_RULES,
+    EmbeddingForm,
+    Form,
+    GemmForm,
+    LayerRules,
+    SampleForm,
+    UnsupportedLayerError,
+)
+
+__all__ = [
+    "CapturedPass",
+    "ClippingEngine",
+    "UnsupportedLayerError",
+    "clip_and_accumulate",
+    "coupled_norms",
+    "per_sample_grad_norms",
+]
+
+MODES = ("auto", "ghost", "instantiate")
+
+
+@dataclass
+class CapturedPass:
+    """Activations and output gradients of one forward/backward pass over a batch.
+
+    Attributes
+    ----------
+    batch_size : int
+    forms : list of (layer name, list of Form)
+        In the engine's layer order (the same for every pass of one engine).
+    """
+
+    batch_size: int
+    forms: list[tuple[str, list[Form]]] = field(default_factory=list)
+    params: list[nn.Parameter] = field(default_factory=list)
+
+
+@dataclass
+class _Record:
+    module: nn.Module
+    x: torch.Tensor
+    out: torch.Tensor
+    version: int
+
+
+class ClippingEngine:
+    """Hooks a model to compute per-sample norms and clipped sums from one backward pass.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Every sub-module holding trainable parameters must be a supported layer (Linear,
+        Conv1d, Conv2d, Embedding, LayerNorm, GroupNorm, RMSNorm, or a type registered in
+        ``rules``); the batch is dimension 0 of each layer's input.
+    mode : {"auto", "ghost", "instantiate"}, default="auto"
+        How Linear/Conv weights get their per-sample norms: ghost Grams, instantiated
+        per-sample gradients, or per layer whichever costs less (``2 S^2 < p d``).
+    backend : {"auto", "native", "triton", "reference"}, default="auto"
+        Kernel backend of :mod:`rml_fast.kernels.clip`.
+    rules : LayerRules, default=LAYER_RULES
+
+    Raises
+    ------
+    UnsupportedLayerError
+        If a layer with trainable parameters has no rule (the message names it), or a
+        parameter is shared by two layers.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.privacy.clipping import ClippingEngine
+    >>> model = torch.nn.Linear(3, 2)
+    >>> x, y = torch.randn(4, 3), torch.randn(4, 2)
+    >>> with ClippingEngine(model) as engine:
+    ...     with engine.record():
+    ...         losses = ((model(x) - y) ** 2).sum(1)
+    ...     norms = engine.norms(engine.backward(losses))
+    >>> norms.shape
+    torch.Size([4])
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        mode: str = "auto",
+        backend: str = "auto",
+        rules: LayerRules = LAYER_RULES,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode, self.backend, self.rules = mode, backend, rules
+        self.layers: list[tuple[str, nn.Module]] = []
+        self.params: list[nn.Parameter] = []
+        owner: dict[int, str] = {}
+        for name, module in model.named_modules():
+            own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if not own:
+                continue
+            rules.lookup(module, name)
+            for p in own:
+                if id(p) in owner:
+                    raise UnsupportedLayerError(
+                        f"parameter shared by layers {owner[id(p)]!r} and {name!r} (tied weights) "
+                        "is not supported by per-sample clipping"
+                    )
+                owner[id(p)] = name
+                self.params.append(p)
+            self.layers.append((name, module))
+        if not self.params:
+            raise ValueError("model has no trainable parameters")
+        self._index = {id(m): i for i, (_, m) in enumerate(self.layers)}
+        self._records: dict[int, _Record] = {}
+        self._recording = False
+        self._handles = [m.register_forward_hook(self._hook) for _, m in self.layers]
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def _hook(self, module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+        if not self._recording or not torch.is_grad_enabled():
+            return
+        i = self._index[id(module)]
+        if i in self._records:
+            raise UnsupportedLayerError(
+                f"layer {self.layers[i][0]!r} ran twice in one forward pass; per-sample "
+                "clipping needs each layer to run once per pass"
+            )
+        if not isinstance(output, torch.Tensor):
+            raise UnsupportedLayerError(f"layer {self.layers[i][0]!r} returned a non-tensor")
+        self._records[i] = _Record(module, inputs[0].detach(), output, output._version)
+
+    @contextlib.contextmanager
+    def record(self) -> Iterator[ClippingEngine]:
+        """Record layer inputs/outputs of the forward passes run inside this context."""
+        self._records.clear()
+        self._recording = True
+        try:
+            yield self
+        finally:
+            self._recording = False
+
+    def close(self) -> None:
+        """Remove the hooks (the engine is unusable afterwards)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._records.clear()
+
+    def __enter__(self) -> ClippingEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- passes --------------------------------------------------------------------------
+
+    def backward(self, losses: torch.Tensor) -> CapturedPass:
+        """Gradients of the per-sample ``losses`` (B,) w.r.t. the recorded layer outputs.
+
+        No parameter gradient is computed or written. The records are consumed.
+        """
+        if not isinstance(losses, torch.Tensor) or losses.ndim != 1:
+            raise ValueError(
+                "losses must be a 1-D tensor of per-sample losses (use reduction='none'), got "
+                f"{getattr(losses, 'shape', type(losses).__name__)}"
+            )
+        B = losses.shape[0]
+        records = sorted(self._records.items())
+        self._records = {}
+        if B == 0:
+            return CapturedPass(0, [], self.params)
+        for i, rec in records:
+            if rec.out._version != rec.version:
+                raise UnsupportedLayerError(
+                    f"the output of layer {self.layers[i][0]!r} was modified in place "
+                    "(e.g. ReLU(inplace=True)); use out-of-place operations"
+                )
+            if rec.x.shape[0] != B:
+                raise ValueError(
+                    f"layer {self.layers[i][0]!r} saw a batch of {rec.x.shape[0]} but losses "
+                    f"has {B} entries; the batch must be dimension 0"
+                )
+        outs = [rec.out for _, rec in records]
+        grads = torch.autograd.grad(losses.sum(), outs, allow_unused=True) if outs else []
+        cp = CapturedPass(B, [], self.params)
+        for (i, rec), g in zip(records, grads, strict=True):
+            dy = torch.zeros_like(rec.out) if g is None else g.detach()
+            cp.forms.append((self.layers[i][0], self.rules.lookup(rec.module)(rec.module, rec.x, dy)))
+        return cp
+
+    def _gemm_backend(self, A: torch.Tensor) -> str:
+        # On CPU torch's BLAS (MKL/oneDNN) runs this GEMM faster than the SciPy BLAS the
+        # native kernel calls (measured in benchmarks/bench_clip.py), so "auto" uses it
+        # there; the noise is the same Philox stream either way.
+        if self.backend == "auto" and A.device.type == "cpu":
+            return "reference"
+        return self.backend
+
+    def _ghost(self, A: torch.Tensor, D: torch.Tensor) -> bool:
+        if self.mode != "auto":
+            return self.mode == "ghost"
+        S = A.shape[1]
+        return A.shape[2] * D.shape[2] > 2 * S * S
+
+    # -- norms ---------------------------------------------------------------------------
+
+    def norms(self, cp: CapturedPass) -> torch.Tensor:
+        """Per-sample gradient norms ``||g_i||`` over all parameters, shape (B,), float64."""
+        total = self._zeros(cp)
+        for _, forms in cp.forms:
+            for f in forms:
+                total += self._sq_norm(f)
+        return total.sqrt()
+
+    def diff_norms(self, cp: CapturedPass, cp_prev: CapturedPass) -> torch.Tensor:
+        """Coupled norms ``||g_i(x) - g_i(x')||`` from two passes on the same batch, (B,)."""
+        if cp.batch_size != cp_prev.batch_size:
+            raise ValueError("the two passes must be over the same batch")
+        total = self._zeros(cp)
+        for (name, forms), (name2, forms2) in zip(cp.forms, cp_prev.forms, strict=True):
+            if name != name2 or len(forms) != len(forms2):
+                raise ValueError(f"passes differ at layer {name!r}/{name2!r}")
+            for f, f2 in zip(forms, forms2, strict=True):
+                total += self._diff_sq_norm(f, f2)
+        return total.clamp_min(0.0).sqrt()
+
+    def _zeros(self, cp: CapturedPass) -> torch.Tensor:
+        device = self.params[0].device
+        return torch.zeros(cp.batch_size, dtype=torch.float64, device=device)
+
+    def _sq_norm(self, f: Form) -> torch.Tensor:
+        if isinstance(f, GemmForm):
+            if self._ghost(f.A, f.D):
+                out = kclip.ghost_norm_sq(f.A, f.D, backend=self.backend)
+            else:
+                out = torch.einsum("bsp,bsd->bpd", f.D, f.A).square().sum((1, 2)).double()
+            if f.bias is not None:
+                out = out + f.bias_per_sample.double().square().sum(1)
+            return out
+        if isinstance(f, EmbeddingForm):
+            return _segment_sq_norms(f.ids, f.D, f.weight.shape[0])
+        return _sample_sq(f.grads.values())
+
+    def _diff_sq_norm(self, f: Form, f2: Form) -> torch.Tensor:
+        if isinstance(f, GemmForm) and isinstance(f2, GemmForm):
+            E = f.D - f2.D
+            if self._ghost(f.A, f.D):
+                out = kclip.ghost_norm_sq(f.A, E, backend=self.backend)
+                if not (f.A is f2.A or torch.equal(f.A, f2.A)):
+                    Fa = f.A - f2.A
+                    out = out + kclip.ghost_norm_sq(Fa, f2.D, backend=self.backend)
+                    out = out + 2.0 * kclip.ghost_norm_sq(f.A, E, Fa, f2.D, backend=self.backend)
+            else:
+                G = torch.einsum("bsp,bsd->bpd", f.D, f.A) - torch.einsum("bsp,bsd->bpd", f2.D, f2.A)
+                out = G.square().sum((1, 2)).double()
+            if f.bias is not None:
+                out = out + (f.bias_per_sample - f2.bias_per_sample).double().square().sum(1)
+            return out
+        if isinstance(f, EmbeddingForm) and isinstance(f2, EmbeddingForm):
+            ids = torch.cat([f.ids, f2.ids], 1)
+            return _segment_sq_norms(ids, torch.cat([f.D, -f2.D], 1), f.weight.shape[0])
+        if isinstance(f, SampleForm) and isinstance(f2, SampleForm):
+            return _sample_sq(
+                g - g2 for g, g2 in zip(f.grads.values(), f2.grads.values(), strict=True)
+            )
+        raise ValueError("the two passes have different layer forms")
+
+    # -- clipped sums --------------------------------------------------------------------
+
+    def accumulate(
+        self,
+        terms: Sequence[tuple[CapturedPass, torch.Tensor]],
+        *,
+        noise_std: float = 0.0,
+        seed: int = 0,
+        offset: int = 0,
+    ) -> None:
+        """Write ``sum_k sum_i w^k_i g_i(pass_k) + noise_std * z`` into every ``param.grad``.
+
+        ``z`` is element ``offset + o_p + j`` of the Philox normal stream ``seed`` for
+        element ``j`` of parameter ``p`` (``o_p`` = numel of the parameters before it), so
+        the noise is reproducible from ``(seed, offset)``. Existing ``.grad`` is replaced.
+
+        Parameters
+        ----------
+        terms : sequence of (CapturedPass, weights of shape (B,))
+        noise_std : float, default=0.0
+        seed, offset : int, default=0
+        """
+        noise_std = float(check_scalar(noise_std, "noise_std", Interval("real", 0.0, None)))
+        seed = int(check_scalar(seed, "seed", Interval("int", 0, MAX_COUNTER)))
+        offset = int(check_scalar(offset, "offset", Interval("int", 0, MAX_COUNTER - self.numel)))
+        offsets, o = [], offset
+        for p in self.params:
+            offsets.append(o)
+            o += p.numel()
+        grads: dict[int, torch.Tensor] = {}
+        noised: set[int] = set()
+        for cp, w in terms:
+            if w.shape != (cp.batch_size,):
+                raise ValueError(f"weights must have shape ({cp.batch_size},), got {tuple(w.shape)}")
+            if [p.shape for p in cp.params] != [p.shape for p in self.params]:
+                raise ValueError("a pass comes from a model with different parameters")
+            pos = {id(p): k for k, p in enumerate(cp.params)}
+            for _, forms in cp.forms:
+                for f in forms:
+                    self._accumulate_form(f, w, pos, grads, noised, noise_std, seed, offsets)
+        for k, p in enumerate(self.params):
+            g = grads.get(k)
+            if g is None:
+                g = torch.zeros_like(p)
+            g = g.to(p.dtype).view(p.shape)
+            if noise_std > 0.0 and k not in noised:
+                g.add_(_philox_normal(p.numel(), seed, offsets[k], p).view(p.shape), alpha=noise_std)
+            p.grad = g
+
+    def _accumulate_form(
+        self,
+        f: Form,
+        w: torch.Tensor,
+        pos: dict[int, int],
+        grads: dict[int, torch.Tensor],
+        noised: set[int],
+        std: float,
+        seed: int,
+        offsets: list[int],
+    ) -> None:
+        def add(p: nn.Parameter, value: torch.Tensor) -> None:
+            k = pos[id(p)]
+            if k in grads:
+                grads[k] += value
+            else:
+                grads[k] = value
+
+        if isinstance(f, GemmForm):
+            B, S, d = f.A.shape
+            p_rows = f.D.shape[2]
+            wt = w.to(f.A.dtype)
+            full = f.rows == slice(None)
+            kw = pos[id(f.weight)]
+            backend = self._gemm_backend(f.A)
+            fuse = (std > 0.0 and full and kw not in grads and kw not in noised
+                    and backend != "reference")
+            g = kclip.scaled_outer_accumulate(
+                f.A.reshape(B * S, d), f.D.reshape(B * S, p_rows), wt, S,
+                noise_std=std if fuse else 0.0, seed=seed, offset=offsets[kw], backend=backend,
+            )
+            if fuse:
+                noised.add(kw)
+            if full:
+                add(f.weight, g.reshape(f.weight.shape))
+            else:
+                if kw not in grads:
+                    grads[kw] = torch.zeros_like(f.weight, dtype=f.A.dtype)
+                grads[kw].view(f.weight.shape[0], -1)[f.rows] += g
+            if f.bias is not None:
+                add(f.bias, wt @ f.bias_per_sample)
+        elif isinstance(f, EmbeddingForm):
+            V, p = f.weight.shape
+            rows = (f.D * w.to(f.D.dtype)[:, None, None]).reshape(-1, p)
+            g = torch.zeros(V, p, dtype=f.D.dtype, device=f.D.device)
+            add(f.weight, g.index_add_(0, f.ids.reshape(-1), rows))
+        else:
+            for p, gs in f.grads.items():
+                add(p, torch.tensordot(w.to(gs.dtype), gs, dims=1))
+
+    @property
+    def numel(self) -> int:
+        """Total number of trainable parameters (the noise dimension)."""
+        return sum(p.numel() for p in self.params)
+
+
+def _philox_normal(n: int, seed: int, offset: int, like: torch.Tensor) -> torch.Tensor:
+    from rml_fast.kernels.random import normal
+
+    device = "cpu" if like.device.type == "cpu" else like.device
+    return normal(n, seed, offset, device=device).to(like.dtype)
+
+
+def _sample_sq(grads: Any) -> torch.Tensor:
+    out: torch.Tensor | None = None
+    for g in grads:
+        s = g.reshape(g.shape[0], -1).double().square().sum(1)
+        out = s if out is None else out + s
+    if out is None:
+        raise ValueError("empty sample form")
+    return out
+
+
+def _segment_sq_norms(ids: torch.Tensor, D: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``sum_tok ||sum_{s: ids_is = tok} D_is||^2`` per sample, by sorting (B, S) ids."""
+    B, S = ids.shape
+    key = ids + vocab * torch.arange(B, device=ids.device)[:, None]
+    uniq, inv = torch.unique(key.reshape(-1), return_inverse=True)
+    sums = torch.zeros(uniq.shape[0], D.shape[-1], dtype=torch.float64, device=D.device)
+    sums.index_add_(0, inv, D.reshape(B * S, -1).double())
+    out = torch.zeros(B, dtype=torch.float64, device=D.device)
+    return out.index_add_(0, uniq // vocab, sums.square().sum(1))
+
+
+# --- functional API ----------------------------------------------------------------------
+
+LossFn = Callable[[nn.Module], torch.Tensor]
+
+
+def _one_pass(engine: ClippingEngine, model: nn.Module, loss_fn: LossFn) -> CapturedPass:
+    with engine.record():
+        losses = loss_fn(model)
+    return engine.backward(losses)
+
+
+def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "auto") -> torch.Tensor:
+    """Per-sample gradient norms ``||grad_theta l_i(theta)||`` without per-sample gradients.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    loss_fn : callable
+        ``loss_fn(model) -> losses`` of shape (B,): per-sample losses of one batch.
+    mode : {"auto", "ghost", "instantiate"}, default="auto"
+
+    Returns
+    -------
+    norms : torch.Tensor of shape (B,), float64
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.privacy.clipping import per_sample_grad_norms
+    >>> model, x = torch.nn.Linear(3, 1), torch.randn(5, 3)
+    >>> per_sample_grad_norms(model, lambda m: m(x).squeeze(1)).shape
+    torch.Size([5])
+    """
+    with ClippingEngine(model, mode=mode) as engine:
+        return engine.norms(_one_pass(engine, model, loss_fn))
+
+
+def coupled_norms(
+    model: nn.Module, model_prev: nn.Module, loss_fn: LossFn, *, mode: str = "auto"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(||g_i(x_t)||, ||g_i(x_t) - g_i(x_{t-1})||)`` for one batch, each (B,) float64.
+
+    ``model`` holds ``x_t`` and ``model_prev`` (same architecture) ``x_{t-1}``; ``loss_fn``
+    is called on each and must evaluate the same batch.
+    """
+    with ClippingEngine(model, mode=mode) as eng, ClippingEngine(model_prev, mode=mode) as eng2:
+        cp = _one_pass(eng, model, loss_fn)
+        cp2 = _one_pass(eng2, model_prev, loss_fn)
+        return eng.norms(cp), eng.diff_norms(cp, cp2)
+
+
+def clip_and_accumulate(
+    model: nn.Module,
+    loss_fn: LossFn,
+    max_norm: float,
+    *,
+    noise_std: float = 0.0,
+    seed: int = 0,
+    mode: str = "auto",
+) -> torch.Tensor:
+    """Write ``sum_i clip(g_i, C) + noise_std * z`` into ``.grad``; returns the norms (B,).
+
+    ``clip(v, C) = v * min(1, C / ||v||)``; ``z`` is the Philox normal stream ``seed``.
+    """
+    max_norm = float(check_scalar(max_norm, "max_norm", Interval("real", 0.0, None, "neither")))
+    with ClippingEngine(model, mode=mode) as engine:
+        cp = _one_pass(engine, model, loss_fn)
+        norms = engine.norms(cp)
+        w = clip_factors(norms, max_norm)
+        engine.accumulate([(cp, w)], noise_std=noise_std, seed=seed)
+        return norms
+
+
+def clip_factors(norms: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``min(1, C / ||g_i||)`` (1 where the norm is 0)."""
+    return (max_norm / norms.clamp_min(1e-300)).clamp(max=1.0)

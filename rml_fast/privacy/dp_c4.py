@@ -1,0 +1,573 @@
+"""DP-C4: differentially private optimisation with coupled clipping and vanishing thresholds.
+
+**[PROPOSED reconstruction]** -- the paper ("Eliminating Solution Bias in Differentially
+Private Optimization", ICML 2026, OpenReview nw0pePP5qd) was not available; the algorithm
+below follows the spec (``specs/privacy.md`` section 2) and every choice is an argument.
+
+Per step ``t`` on a Poisson batch ``B_t`` (rate ``q``, expected size ``B``):
+
+* anchor ``a_i = clip(g_i(x_t), C_g beta_t^(-gamma))`` (``gamma = anchor_clip_growth``,
+  **[PROPOSED]**, see :class:`DPC4Optimizer`; ``gamma = 0`` is the spec's fixed ``C_g``),
+* drift ``d_i = clip(g_i(x_t) - g_i(x_{t-1}), C_t)`` (same sample, consecutive iterates) with
+  the public shifted threshold ``C_t = c_Delta (||x_t - x_{t-1}|| + eta_{t-1} s_0)``
+  (``= c_Delta eta_{t-1} (||v_{t-1}|| + s_0)`` without weight decay),
+* ``A_t = (sum a_i + N(0, sigma_g^2 C_g^2 I)) / B``,
+  ``D_t = (sum d_i + N(0, sigma_D^2 C_t^2 I)) / B``,
+* ``v_t = (1 - beta_t)(v_{t-1} + D_t) + beta_t A_t``, ``x_{t+1} = x_t - eta_t (v_t + lambda x_t)``,
+
+with ``beta_t = min(1, beta_0 / (t + 1)^{2/3})`` and the budget split
+``1/sigma_eff^2 = 1/sigma_g^2 + 1/sigma_D^2``, ``sigma_g = sigma_eff / sqrt(rho)``,
+``sigma_D = sigma_eff / sqrt(1 - rho)``: each step is one Poisson-subsampled Gaussian
+mechanism of noise multiplier ``sigma_eff`` and sensitivity 1, accounted by the PLD
+accountant (:class:`rml_fast.privacy.pld.PLDAccountant`). ``algorithm="dpsgd"`` runs the
+same machinery without coupling (``beta_t = 1``, ``rho = 1``): DP-SGD.
+
+The noise is the Philox stream of :mod:`rml_fast.kernels.random` (reproducible from a seed,
+identical on CPU and GPU); it is not a cryptographically secure generator.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from rml_fast._validation import Interval, check_scalar
+from rml_fast.kernels.random import MAX_COUNTER, seed_from_rng
+from rml_fast.privacy.clipping import ClippingEngine, clip_factors
+
+__all__ = [
+    "DPC4Optimizer",
+    "PoissonBatchSampler",
+    "calibrate_noise_multiplier",
+    "make_private_dpc4",
+    "privacy_spent",
+    "train_private",
+]
+
+logger = logging.getLogger(__name__)
+ALGORITHMS = ("dpc4", "dpsgd")
+_POS = Interval("real", 0.0, None, "neither")
+_NONNEG = Interval("real", 0.0, None, "left")
+_FRACTION = Interval("real", 0.0, 1.0, "neither")
+_Q = Interval("real", 0.0, 1.0, "right")
+
+
+def privacy_spent(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, *, h: float = 1e-4
+) -> float:
+    """``epsilon`` after ``steps`` Poisson-subsampled Gaussian steps (PLD, pessimistic).
+
+    Returns ``inf`` for ``noise_multiplier == 0`` with ``steps > 0``; 0 for ``steps == 0``.
+    """
+    from rml_fast.privacy.pld import PLDAccountant
+
+    steps = int(check_scalar(steps, "steps", Interval("int", 0, None)))
+    if steps == 0:
+        return 0.0
+    if noise_multiplier == 0.0:
+        return math.inf
+    acc = PLDAccountant(h=h).compose_gaussian(
+        std=noise_multiplier, sensitivity=1.0, count=steps, sampling_prob=sample_rate
+    )
+    return float(acc.get_epsilon(delta))
+
+
+def calibrate_noise_multiplier(
+    target_epsilon: float,
+    target_delta: float,
+    sample_rate: float,
+    steps: int,
+    *,
+    h: float = 1e-4,
+    rtol: float = 1e-3,
+) -> float:
+    """Smallest noise multiplier (to ``rtol``) whose ``steps``-fold subsampled Gaussian is
+    ``(target_epsilon, target_delta)``-DP under the PLD accountant (bisection).
+
+    The returned value is checked at resolution ``h``: ``privacy_spent(...) <= target``.
+
+    Raises
+    ------
+    ValueError
+        On out-of-range arguments.
+    """
+    target_epsilon = float(check_scalar(target_epsilon, "target_epsilon", _POS))
+    target_delta = float(check_scalar(target_delta, "target_delta", _FRACTION))
+    sample_rate = float(check_scalar(sample_rate, "sample_rate", _Q))
+    steps = int(check_scalar(steps, "steps", Interval("int", 1, None)))
+
+    def eps(sigma: float, res: float) -> float:
+        return privacy_spent(sigma, sample_rate, steps, target_delta, h=res)
+
+    coarse = max(h, 1e-3)
+    lo, hi = 0.05, 1.0
+    while eps(hi, coarse) > target_epsilon:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e6:
+            raise ValueError("target_epsilon is too small to reach with a finite noise multiplier")
+    while hi / lo > 1.0 + rtol / 4:
+        mid = math.sqrt(lo * hi)
+        if eps(mid, coarse) > target_epsilon:
+            lo = mid
+        else:
+            hi = mid
+    # refine at resolution h: the coarse grid is more pessimistic, so sigma_h <= hi
+    lo, hi = hi * 0.9, hi
+    while eps(hi, h) > target_epsilon:
+        lo, hi = hi, hi * 1.05
+    while hi / lo > 1.0 + rtol:
+        mid = math.sqrt(lo * hi)
+        if eps(mid, h) > target_epsilon:
+            lo = mid
+        else:
+            hi = mid
+    sigma = hi
+    return sigma
+
+
+class DPC4Optimizer(torch.optim.Optimizer):
+    """DP-C4 (coupled clipping, vanishing drift threshold) and DP-SGD for a torch model.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model; all its trainable parameters are optimised. Its layers must be supported
+        by :class:`rml_fast.privacy.clipping.ClippingEngine` (else it raises naming the layer).
+        (The spec's ``params`` argument is a module here: per-sample norms need the layers.)
+    lr : float
+        ``eta_0 > 0``.
+    noise_multiplier : float
+        ``sigma_eff >= 0``, the per-step noise multiplier of the accounted mechanism.
+    expected_batch_size : int
+        ``B = q n``; sums are divided by it (as Opacus does).
+    sample_rate : float, optional
+        Poisson rate ``q`` for :meth:`privacy_spent`.
+    anchor_clip : float, default=1.0
+        ``C_g``.
+    anchor_clip_growth : float, default=0.25
+        ``gamma`` in [0, 1): the anchor threshold of step ``t`` is ``C_g beta_t^(-gamma)``
+        **[PROPOSED]**. With ``gamma = 0`` (the spec's fixed threshold) the estimator's
+        error obeys ``e_t = (1 - beta_t) e_{t-1} + beta_t b_t`` (``b_t`` the anchor clipping
+        bias): an average of recent biases that does not vanish, so the fixed point is
+        DP-SGD's. A threshold growing as ``beta_t`` vanishes removes ``b_t`` while the
+        anchor noise ``beta_t sigma_g C_g beta_t^(-gamma)`` still vanishes (variance of the
+        averaged noise ~ ``beta_t^(1 - 2 gamma)``, so ``gamma < 1/2``).
+    drift_clip_scale : float, default=1.0
+        ``c_Delta`` (a smoothness constant estimate).
+    threshold_shift : float, default=1e-3
+        ``s_0 > 0``.
+    anchor_budget_fraction : float or callable, default=0.5
+        ``rho`` in (0, 1), or ``rho(t)`` per step (more budget to anchors early).
+    beta0 : float, default=1.0
+        ``beta_t = min(1, beta0 / (t + 1)^beta_power)``.
+    beta_power : float, default=2/3
+        Decay exponent; 0 keeps ``beta_t = min(1, beta0)`` (``beta0 = 1``: DP-SGD).
+    lr_decay_steps : float, optional
+        ``t_eta``: ``eta_t = eta_0 / sqrt(1 + t / t_eta)``; None keeps ``eta`` constant.
+    weight_decay : float, default=0.0
+        ``lambda``: adds ``lambda x`` (data-independent) to the update direction.
+    algorithm : {"dpc4", "dpsgd"}, default="dpc4"
+    memory_efficient : bool, default=True
+        True keeps only a copy of ``x_{t-1}`` and swaps it into the model for the second
+        pass; False keeps a full shadow model at ``x_{t-1}`` (no parameter swapping).
+    clipping_mode : {"auto", "ghost", "instantiate"}, default="auto"
+    backend : {"auto", "native", "triton", "reference"}, default="auto"
+    seed : int, numpy Generator or None, default=None
+        Key of the Philox noise stream.
+
+    Notes
+    -----
+    ``step(closure)``: ``closure()`` (or ``closure(model)``) evaluates the model on the
+    current batch and returns per-sample losses of shape (B,); DP-C4 calls it at ``x_t``
+    and at ``x_{t-1}`` (same batch). With ``memory_efficient=False`` the closure must take
+    the model to evaluate (a shadow copy holds ``x_{t-1}``). After ``step`` each ``p.grad``
+    holds the released estimator ``v_t``; ``last_stats`` has ``beta_t``, ``eta_t``,
+    ``C_t`` and the clipped fractions. The torch RNG state is replayed for the second pass,
+    so dropout masks (and any other torch randomness in the closure) are the same at
+    ``x_t`` and ``x_{t-1}``, as the coupling requires.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.privacy.dp_c4 import DPC4Optimizer
+    >>> model = torch.nn.Linear(3, 1)
+    >>> x, y = torch.randn(8, 3), torch.randn(8)
+    >>> opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=8, seed=0)
+    >>> for _ in range(3):
+    ...     _ = opt.step(lambda: (model(x).squeeze(1) - y) ** 2)
+    >>> opt.steps
+    3
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        lr: float,
+        noise_multiplier: float,
+        expected_batch_size: int,
+        sample_rate: float | None = None,
+        *,
+        anchor_clip: float = 1.0,
+        anchor_clip_growth: float = 0.25,
+        drift_clip_scale: float = 1.0,
+        threshold_shift: float = 1e-3,
+        anchor_budget_fraction: float | Callable[[int], float] = 0.5,
+        beta0: float = 1.0,
+        beta_power: float = 2.0 / 3.0,
+        lr_decay_steps: float | None = None,
+        weight_decay: float = 0.0,
+        algorithm: str = "dpc4",
+        memory_efficient: bool = True,
+        clipping_mode: str = "auto",
+        backend: str = "auto",
+        seed: Any = None,
+    ) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        self.lr0 = float(check_scalar(lr, "lr", _POS))
+        self.noise_multiplier = float(check_scalar(noise_multiplier, "noise_multiplier", _NONNEG))
+        self.expected_batch_size = int(
+            check_scalar(expected_batch_size, "expected_batch_size", Interval("int", 1, None))
+        )
+        self.sample_rate = (
+            None if sample_rate is None else float(check_scalar(sample_rate, "sample_rate", _Q))
+        )
+        self.anchor_clip = float(check_scalar(anchor_clip, "anchor_clip", _POS))
+        self.anchor_clip_growth = float(check_scalar(
+            anchor_clip_growth, "anchor_clip_growth", Interval("real", 0.0, 1.0, "left")))
+        self.drift_clip_scale = float(check_scalar(drift_clip_scale, "drift_clip_scale", _POS))
+        self.threshold_shift = float(check_scalar(threshold_shift, "threshold_shift", _POS))
+        if callable(anchor_budget_fraction):
+            self._rho: Callable[[int], float] = anchor_budget_fraction
+        else:
+            rho = float(check_scalar(anchor_budget_fraction, "anchor_budget_fraction", _FRACTION))
+            self._rho = lambda t: rho
+        self.beta0 = float(check_scalar(beta0, "beta0", _POS))
+        self.beta_power = float(check_scalar(beta_power, "beta_power", _NONNEG))
+        self.lr_decay_steps = (
+            None if lr_decay_steps is None
+            else float(check_scalar(lr_decay_steps, "lr_decay_steps", _POS))
+        )
+        self.weight_decay = float(check_scalar(weight_decay, "weight_decay", _NONNEG))
+        if not isinstance(memory_efficient, bool):
+            raise TypeError(f"memory_efficient must be a bool, got {memory_efficient!r}")
+        self.algorithm, self.memory_efficient = algorithm, memory_efficient
+        self.module = module
+        self.engine = ClippingEngine(module, mode=clipping_mode, backend=backend)
+        self.seed = seed_from_rng(seed)
+        super().__init__(self.engine.params, {"lr": self.lr0})
+        self.steps = 0
+        self._v: list[torch.Tensor] | None = None
+        self._x_prev: list[torch.Tensor] | None = None
+        self._shadow: tuple[nn.Module, ClippingEngine] | None = None
+        self._last_move = 0.0  # ||x_t - x_{t-1}||
+        self._last_lr = self.lr0
+        self.last_stats: dict[str, float] = {}
+
+    # -- schedules -----------------------------------------------------------------------
+
+    def beta(self, t: int) -> float:
+        """``beta_t`` (1 for DP-SGD and at ``t = 0``)."""
+        if self.algorithm == "dpsgd" or t == 0:
+            return 1.0
+        return min(1.0, self.beta0 / (t + 1) ** self.beta_power)
+
+    def lr_at(self, t: int) -> float:
+        """``eta_t``."""
+        if self.lr_decay_steps is None:
+            return self.lr0
+        return self.lr0 / math.sqrt(1.0 + t / self.lr_decay_steps)
+
+    def noise_multipliers(self, t: int) -> tuple[float, float]:
+        """``(sigma_g, sigma_Delta)`` of step ``t`` from the budget split ``rho_t``."""
+        if self.algorithm == "dpsgd":
+            return self.noise_multiplier, math.inf
+        rho = float(self._rho(t))
+        if not 0.0 < rho < 1.0:
+            raise ValueError(f"anchor_budget_fraction({t}) must be in (0, 1), got {rho}")
+        s = self.noise_multiplier
+        return s / math.sqrt(rho), s / math.sqrt(1.0 - rho)
+
+    # -- the step ------------------------------------------------------------------------
+
+    def _pass(self, engine: ClippingEngine, closure: Callable[..., torch.Tensor],
+              model: nn.Module) -> Any:
+        with torch.enable_grad():
+            with engine.record():
+                losses = closure(model) if _takes_model(closure) else closure()
+            return engine.backward(losses)
+
+    def _previous_pass(self, closure: Callable[..., torch.Tensor]) -> Any:
+        """The pass at ``x_{t-1}`` on the same batch."""
+        assert self._x_prev is not None
+        if not self.memory_efficient:
+            if not _takes_model(closure):
+                raise ValueError(
+                    "memory_efficient=False evaluates a shadow model at x_{t-1}: the closure "
+                    "must take the model to evaluate, closure(model) -> losses"
+                )
+            if self._shadow is None:
+                import copy
+
+                shadow = copy.deepcopy(self.module)
+                self._shadow = (shadow, ClippingEngine(
+                    shadow, mode=self.engine.mode, backend=self.engine.backend))
+            shadow, engine = self._shadow
+            with torch.no_grad():
+                for p, q in zip(engine.params, self._x_prev, strict=True):
+                    p.copy_(q)
+            return self._pass(engine, closure, shadow)
+        params = self.engine.params
+        current = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            for p, q in zip(params, self._x_prev, strict=True):
+                p.copy_(q)
+        try:
+            return self._pass(self.engine, closure, self.module)
+        finally:
+            with torch.no_grad():
+                for p, q in zip(params, current, strict=True):
+                    p.copy_(q)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:  # type: ignore[override]
+        """One private step; returns the per-sample gradient norms at ``x_t``, (B,) float64."""
+        if closure is None:
+            raise ValueError("closure is required: closure() -> per-sample losses of shape (B,)")
+        t = self.steps
+        params = self.engine.params
+        lr = self.lr_at(t)
+        for group in self.param_groups:
+            group["lr"] = lr
+        beta = self.beta(t)
+        sigma_g, sigma_d = self.noise_multipliers(t)
+        rng_state = _rng_state()  # both passes see the same randomness (e.g. dropout masks)
+        cp = self._pass(self.engine, closure, self.module)
+        norms = self.engine.norms(cp)
+        anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
+        w_anchor = clip_factors(norms, anchor_clip)
+        offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
+        Bexp = float(self.expected_batch_size)
+        # sums and noise are divided by B inside the accumulate (folded into the weights)
+        if beta >= 1.0:
+            std = sigma_g * anchor_clip
+            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
+                                   seed=self.seed, offset=offset)
+            drift_threshold, clipped_frac_drift = math.nan, math.nan
+        else:
+            after = _rng_state()
+            _set_rng_state(rng_state)
+            try:
+                cp_prev = self._previous_pass(closure)
+            finally:
+                _set_rng_state(after)
+            diffs = self.engine.diff_norms(cp, cp_prev)
+            drift_threshold = self.drift_clip_scale * (
+                self._last_move + self._last_lr * self.threshold_shift
+            )
+            u = clip_factors(diffs, drift_threshold)
+            clipped_frac_drift = float((u < 1).double().mean()) if u.numel() else 0.0
+            std = math.hypot((1 - beta) * sigma_d * drift_threshold, beta * sigma_g * anchor_clip)
+            self.engine.accumulate(
+                [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
+                noise_std=std / Bexp, seed=self.seed, offset=offset,
+            )
+        if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
+            for p in params:
+                if self.weight_decay != 0.0:
+                    p.sub_(p, alpha=lr * self.weight_decay)
+                p.sub_(p.grad, alpha=lr)
+            move_sq = 0.0
+        else:
+            if self._v is None:
+                self._v = [torch.zeros_like(p) for p in params]
+            for v, p in zip(self._v, params, strict=True):
+                v.mul_(1 - beta).add_(p.grad)
+                p.grad.copy_(v)
+            self._x_prev = [p.detach().clone() for p in params]
+            move_sq = 0.0
+            for v, p in zip(self._v, params, strict=True):
+                direction = v if self.weight_decay == 0.0 else v + self.weight_decay * p
+                move_sq += float(torch.linalg.vector_norm(direction, dtype=torch.float64)) ** 2
+                p.sub_(direction, alpha=lr)
+            move_sq *= lr * lr
+        self._last_move, self._last_lr = math.sqrt(move_sq), lr
+        self.steps += 1
+        self.last_stats = {
+            "beta": beta, "lr": lr, "drift_threshold": drift_threshold, "anchor_clip": anchor_clip,
+            "clipped_fraction_anchor": float((w_anchor < 1).double().mean()) if w_anchor.numel() else 0.0,
+            "clipped_fraction_drift": clipped_frac_drift, "batch_size": float(cp.batch_size),
+        }
+        return norms
+
+    def privacy_spent(self, delta: float, *, h: float = 1e-4) -> float:
+        """``epsilon`` spent so far at ``delta`` (needs ``sample_rate``; PLD, pessimistic).
+
+        A coarser ``h`` is faster and still an upper bound (buckets round losses up).
+        """
+        if self.sample_rate is None:
+            raise ValueError("privacy_spent needs the optimizer's sample_rate")
+        return privacy_spent(self.noise_multiplier, self.sample_rate, self.steps, delta, h=h)
+
+
+def train_private(
+    model: nn.Module,
+    optimizer: DPC4Optimizer,
+    loader: Any,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    epochs: int,
+    delta: float,
+    *,
+    progress: bool = True,
+    callback: Callable[[int, DPC4Optimizer], None] | None = None,
+) -> list[float]:
+    """Train with ``optimizer`` over ``epochs`` passes of a (Poisson) loader of ``(x, y)``.
+
+    ``loss_fn(output, y)`` must return per-sample losses (``reduction="none"``). A progress
+    bar shows the step, the mean loss and the privacy spent so far (epsilon at ``delta``,
+    PLD at ``h=1e-3``: a pessimistic bound), logged at INFO after each epoch. Interrupting
+    (Ctrl-C) keeps the model as trained so far. Returns epsilon after each epoch.
+    """
+    from tqdm.auto import tqdm
+
+    epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
+    delta = float(check_scalar(delta, "delta", _FRACTION))
+    spent: list[float] = []
+    total = epochs * len(loader)
+    with tqdm(total=total, disable=not progress, desc=f"{optimizer.algorithm} training") as bar:
+        for epoch in range(epochs):
+            running, count = 0.0, 0
+            for x, y in loader:
+                optimizer.step(lambda m, x=x, y=y: loss_fn(m(x), y))
+                running += float(optimizer.last_stats.get("batch_size", 0.0))
+                count += 1
+                bar.update(1)
+                if callback is not None:
+                    callback(optimizer.steps, optimizer)
+            eps = optimizer.privacy_spent(delta, h=1e-3) if optimizer.sample_rate else math.nan
+            spent.append(eps)
+            bar.set_postfix(epoch=epoch + 1, eps=f"{eps:.3g}", batch=f"{running / max(count, 1):.1f}")
+            logger.info("epoch %d: epsilon %.4g at delta %g after %d steps",
+                        epoch + 1, eps, delta, optimizer.steps)
+    return spent
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1]:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def _takes_model(closure: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        sig = inspect.signature(closure)
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        for p in sig.parameters.values()
+    )
+
+
+class PoissonBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Poisson sampling: each of ``n`` indices joins each batch independently with rate ``q``.
+
+    Yields ``steps`` batches per epoch (default ``round(1 / q)``); batches may be empty.
+    """
+
+    def __init__(self, n: int, sample_rate: float, steps: int | None = None,
+                 generator: torch.Generator | None = None) -> None:
+        self.n = int(check_scalar(n, "n", Interval("int", 1, None)))
+        self.sample_rate = float(check_scalar(sample_rate, "sample_rate", _Q))
+        self.steps = max(1, round(1 / self.sample_rate)) if steps is None else int(steps)
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self.steps):
+            mask = torch.rand(self.n, generator=self.generator) < self.sample_rate
+            yield mask.nonzero().flatten().tolist()
+
+
+def make_private_dpc4(
+    model: nn.Module,
+    optimizer_kwargs: dict[str, Any],
+    data_loader: torch.utils.data.DataLoader,
+    target_epsilon: float,
+    target_delta: float,
+    epochs: int,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[nn.Module, DPC4Optimizer, torch.utils.data.DataLoader]:
+    """Calibrate the noise for ``(target_epsilon, target_delta)`` over ``epochs`` and wrap.
+
+    ``q = batch_size / n``, ``T = epochs * round(1 / q)`` Poisson batches; the noise
+    multiplier is the smallest with ``epsilon(T) <= target_epsilon`` by the PLD accountant.
+    Returns the model, a :class:`DPC4Optimizer` (``optimizer_kwargs`` give its other
+    arguments, e.g. ``lr``) and a Poisson-sampled loader over the same dataset.
+
+    Raises
+    ------
+    ValueError
+        On bad targets or a loader without ``batch_size``.
+    """
+    epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
+    dataset = data_loader.dataset
+    n = len(dataset)  # type: ignore[arg-type]
+    batch = data_loader.batch_size
+    if batch is None:
+        raise ValueError("data_loader must have a batch_size (the expected Poisson batch size)")
+    for key in ("noise_multiplier", "expected_batch_size", "sample_rate"):
+        if key in optimizer_kwargs:
+            raise ValueError(f"optimizer_kwargs must not set {key!r}: make_private_dpc4 sets it")
+    q = batch / n
+    sampler = PoissonBatchSampler(n, q, generator=generator)
+    steps = epochs * len(sampler)
+    sigma = calibrate_noise_multiplier(target_epsilon, target_delta, q, steps)
+    logger.info("DP-C4: noise multiplier %.4f for (%g, %g)-DP over %d steps (q=%.4g)",
+                sigma, target_epsilon, target_delta, steps, q)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=_collate_or_empty(data_loader, dataset),
+        num_workers=data_loader.num_workers,
+    )
+    opt = DPC4Optimizer(model, noise_multiplier=sigma, expected_batch_size=batch,
+                        sample_rate=q, **optimizer_kwargs)
+    return model, opt, loader
+
+
+def _collate_or_empty(loader: torch.utils.data.DataLoader, dataset: Any) -> Callable[[list[Any]], Any]:
+    collate = loader.collate_fn
+
+    def fn(items: list[Any]) -> Any:
+        if items:
+            return collate(items)
+        proto = collate([dataset[0]])
+        return torch.utils.data._utils.collate.default_convert(
+            _map(proto, lambda x: x[:0] if isinstance(x, torch.Tensor) else x)
+        )
+
+    return fn
+
+
+def _map(obj: Any, f: Callable[[Any], Any]) -> Any:
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map(o, f) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map(v, f) for k, v in obj.items()}
+    return f(obj)

@@ -1,0 +1,287 @@
+"""Per-layer rules turning stored activations and output gradients into per-sample gradients.
+
+Each supported layer type registers, with an explicit decorator into :data:`LAYER_RULES`,
+a function ``(module, activation, output_grad) -> list[Form]`` that describes the layer's
+per-sample gradients in one of three forms, without computing them:
+
+* :class:`GemmForm` -- a weight whose per-sample gradient is ``G_i = D_i^T A_i`` (Linear
+  over positions, Conv1d/Conv2d after unfolding the input), plus an optional bias
+  ``b_i = sum_s D_is``. Norms by ghost Grams or by instantiating ``G_i`` (chosen by cost).
+* :class:`EmbeddingForm` -- ``G_i = sum_s e_{id_is} D_is^T``: norm by segment sums.
+* :class:`SampleForm` -- per-sample gradients instantiated (LayerNorm/GroupNorm/RMSNorm
+  affine parameters: a few numbers per sample).
+
+The engine in :mod:`rml_fast.privacy.clipping` combines forms into norms, coupled
+(difference) norms and clipped sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "LAYER_RULES",
+    "EmbeddingForm",
+    "Form",
+    "GemmForm",
+    "LayerRules",
+    "SampleForm",
+    "UnsupportedLayerError",
+]
+
+
+class UnsupportedLayerError(TypeError):
+    """A layer with trainable parameters that has no per-sample gradient rule."""
+
+
+@dataclass
+class GemmForm:
+    """``G_i = D_i^T A_i`` written into ``weight.view(p_total, -1)[rows]`` (+ bias rows)."""
+
+    weight: nn.Parameter
+    A: torch.Tensor  # (B, S, d)
+    D: torch.Tensor  # (B, S, p)
+    bias: nn.Parameter | None = None
+    rows: slice = field(default_factory=lambda: slice(None))
+    _bias_ps: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def params(self) -> tuple[nn.Parameter, ...]:
+        return (self.weight,) if self.bias is None else (self.weight, self.bias)
+
+    @property
+    def bias_per_sample(self) -> torch.Tensor:
+        """Per-sample bias gradients ``sum_s D_is``, shape (B, p) (computed once)."""
+        if self._bias_ps is None:
+            self._bias_ps = self.D.sum(1)
+        return self._bias_ps
+
+
+@dataclass
+class EmbeddingForm:
+    """Rows ``ids`` of ``weight`` receive ``D`` (B, S, p); ids (B, S) int64."""
+
+    weight: nn.Parameter
+    ids: torch.Tensor
+    D: torch.Tensor
+
+    @property
+    def params(self) -> tuple[nn.Parameter, ...]:
+        return (self.weight,)
+
+
+@dataclass
+class SampleForm:
+    """Instantiated per-sample gradients ``grads[k]`` of shape (B, *params[k].shape)."""
+
+    grads: dict[nn.Parameter, torch.Tensor]
+
+    @property
+    def params(self) -> tuple[nn.Parameter, ...]:
+        return tuple(self.grads)
+
+
+Form = GemmForm | EmbeddingForm | SampleForm
+Rule = Callable[[nn.Module, torch.Tensor, torch.Tensor], list[Form]]
+
+
+class LayerRules:
+    """A registry of per-sample gradient rules keyed by exact layer type."""
+
+    def __init__(self) -> None:
+        self._rules: dict[type[nn.Module], Rule] = {}
+
+    def register(self, *types: type[nn.Module]) -> Callable[[Rule], Rule]:
+        """Decorator registering ``rule`` for each layer type in ``types``."""
+
+        def deco(rule: Rule) -> Rule:
+            for t in types:
+                if t in self._rules:
+                    raise ValueError(f"a per-sample rule for {t.__name__} is already registered")
+                self._rules[t] = rule
+            return rule
+
+        return deco
+
+    def supports(self, module: nn.Module) -> bool:
+        return type(module) in self._rules
+
+    def lookup(self, module: nn.Module, name: str = "") -> Rule:
+        """The rule for ``module``; raises :class:`UnsupportedLayerError` naming the layer."""
+        rule = self._rules.get(type(module))
+        if rule is None:
+            known = ", ".join(sorted(t.__name__ for t in self._rules))
+            raise UnsupportedLayerError(
+                f"layer {name or '<root>'!r} ({type(module).__name__}) has trainable parameters "
+                f"but no per-sample gradient rule; supported layers: {known}. Freeze it "
+                "(requires_grad=False) or register a rule with LAYER_RULES.register"
+            )
+        return rule
+
+    @property
+    def types(self) -> tuple[type[nn.Module], ...]:
+        return tuple(self._rules)
+
+
+LAYER_RULES = LayerRules()
+
+
+def _trainable(p: nn.Parameter | None) -> bool:
+    return p is not None and p.requires_grad
+
+
+@LAYER_RULES.register(nn.Linear)
+def _linear(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+    B = x.shape[0]
+    A = x.reshape(B, -1, x.shape[-1])
+    D = dy.reshape(B, -1, dy.shape[-1])
+    return _gemm_forms(module, A, D)
+
+
+def _gemm_forms(module: nn.Module, A: torch.Tensor, D: torch.Tensor) -> list[Form]:
+    weight, bias = module.weight, getattr(module, "bias", None)
+    if _trainable(weight):
+        return [GemmForm(weight, A, D, bias if _trainable(bias) else None)]
+    if _trainable(bias):
+        return [SampleForm({bias: D.sum(1)})]
+    return []
+
+
+def _conv_padded_input(
+    module: nn.Module, x: torch.Tensor, nd: int
+) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The input as the convolution sees it, and the zero padding left for unfold to add."""
+    zero = (0,) * nd
+    if module.padding_mode != "zeros":
+        return F.pad(x, module._reversed_padding_repeated_twice, mode=module.padding_mode), zero
+    if isinstance(module.padding, str):  # "same" or "valid"
+        if module.padding == "valid":
+            return x, zero
+        pads: list[int] = []
+        for k, dil in zip(reversed(module.kernel_size), reversed(module.dilation), strict=True):
+            total = dil * (k - 1)
+            pads += [total // 2, total - total // 2]
+        if all(pads[i] == pads[i + 1] for i in range(0, len(pads), 2)):
+            return x, tuple(reversed(pads[::2]))
+        return F.pad(x, pads), zero
+    return x, tuple(module.padding[:nd])
+
+
+@LAYER_RULES.register(nn.Conv1d, nn.Conv2d)
+def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+    nd = 1 if isinstance(module, nn.Conv1d) else 2
+    B = x.shape[0]
+    x, padding = _conv_padded_input(module, x, nd)
+    if nd == 1:
+        x, dy = x.unsqueeze(2), dy.unsqueeze(2)
+        kernel, dilation, stride = (1, *module.kernel_size), (1, *module.dilation), (1, *module.stride)
+        padding = (0, *padding)
+    else:
+        kernel, dilation, stride = module.kernel_size, module.dilation, module.stride
+    cols = _unfold(x, kernel, dilation, padding, stride)  # (B, L, C_in*k), contiguous
+    L = cols.shape[1]
+    c_out, groups = module.out_channels, module.groups
+    if dy.shape[-1] * dy.shape[-2] != L:
+        raise RuntimeError(f"conv unfold produced {L} positions, output has {dy.shape[2:]}")
+    D_all = dy.reshape(B, c_out, L).transpose(1, 2).contiguous()  # (B, L, C_out)
+    weight, bias = module.weight, module.bias
+    per_in = cols.shape[2] // groups
+    per_out = c_out // groups
+    forms: list[Form] = []
+    if not _trainable(weight):
+        return [SampleForm({bias: D_all.sum(1)})] if _trainable(bias) else []
+    for g in range(groups):
+        A = cols if groups == 1 else cols[:, :, g * per_in:(g + 1) * per_in]  # (B, L, d)
+        D = D_all if groups == 1 else D_all[:, :, g * per_out:(g + 1) * per_out]  # (B, L, p)
+        rows = slice(g * per_out, (g + 1) * per_out)
+        if groups == 1:
+            forms.append(GemmForm(weight, A, D, bias if _trainable(bias) else None, rows))
+        else:
+            forms.append(GemmForm(weight, A, D, None, rows))
+    if groups > 1 and _trainable(bias):
+        forms.append(SampleForm({bias: D_all.sum(1)}))
+    return forms
+
+
+def _unfold(
+    x: torch.Tensor,
+    kernel: tuple[int, ...],
+    dilation: tuple[int, ...],
+    padding: tuple[int, ...],
+    stride: tuple[int, ...],
+) -> torch.Tensor:
+    """im2col as one strided copy: (B, C, H, W) -> (B, L, C * kh * kw), channel-major rows
+    (the layout of ``weight.view(C_out, -1)``). Faster on CPU than ``F.unfold``."""
+    if any(padding):
+        x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+    (kh, kw), (dh, dw), (sh, sw) = kernel, dilation, stride
+    win = x.unfold(2, dh * (kh - 1) + 1, sh).unfold(3, dw * (kw - 1) + 1, sw)
+    win = win[..., ::dh, ::dw]  # (B, C, Ho, Wo, kh, kw)
+    B, C, Ho, Wo = win.shape[:4]
+    return win.permute(0, 2, 3, 1, 4, 5).reshape(B, Ho * Wo, C * kh * kw)
+
+
+@LAYER_RULES.register(nn.Embedding)
+def _embedding(module: nn.Module, ids: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+    if module.scale_grad_by_freq:
+        raise UnsupportedLayerError(
+            "nn.Embedding(scale_grad_by_freq=True) couples the samples of a batch; not supported"
+        )
+    if not _trainable(module.weight):
+        return []
+    B = ids.shape[0]
+    ids = ids.reshape(B, -1)
+    D = dy.reshape(B, ids.shape[1], dy.shape[-1])
+    if module.padding_idx is not None:
+        D = D * (ids != module.padding_idx).unsqueeze(-1).to(D.dtype)
+    return [EmbeddingForm(module.weight, ids, D)]
+
+
+def _affine_forms(
+    module: nn.Module, xhat: torch.Tensor, dy: torch.Tensor, reduce_dims: tuple[int, ...]
+) -> list[Form]:
+    grads: dict[nn.Parameter, torch.Tensor] = {}
+    if _trainable(module.weight):
+        grads[module.weight] = (xhat * dy).sum(reduce_dims) if reduce_dims else xhat * dy
+    bias = getattr(module, "bias", None)
+    if _trainable(bias):
+        grads[bias] = dy.sum(reduce_dims) if reduce_dims else dy
+    return [SampleForm(grads)] if grads else []
+
+
+@LAYER_RULES.register(nn.LayerNorm)
+def _layer_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+    if not module.elementwise_affine:
+        return []
+    shape = tuple(module.normalized_shape)
+    xhat = F.layer_norm(x, shape, eps=module.eps)
+    B = x.shape[0]
+    xhat = xhat.reshape(B, -1, *shape)
+    dy = dy.reshape(B, -1, *shape)
+    return _affine_forms(module, xhat, dy, (1,))
+
+
+@LAYER_RULES.register(nn.GroupNorm)
+def _group_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+    if not module.affine:
+        return []
+    xhat = F.group_norm(x, module.num_groups, eps=module.eps)
+    dims = tuple(range(2, x.ndim))
+    return _affine_forms(module, xhat, dy, dims)
+
+
+if hasattr(nn, "RMSNorm"):
+
+    @LAYER_RULES.register(nn.RMSNorm)
+    def _rms_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+        if not module.elementwise_affine:
+            return []
+        shape = tuple(module.normalized_shape)
+        xhat = F.rms_norm(x, shape, eps=module.eps)
+        B = x.shape[0]
+        return _affine_forms(module, xhat.reshape(B, -1, *shape), dy.reshape(B, -1, *shape), (1,))

@@ -1,0 +1,260 @@
+"""Per-sample norms, coupled norms and clip-and-accumulate vs brute force (vmap(grad)) and opacus."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from rml_fast.privacy.clipping import (
+    ClippingEngine,
+    UnsupportedLayerError,
+    clip_and_accumulate,
+    coupled_norms,
+    per_sample_grad_norms,
+)
+from rml_fast.privacy.grad_norms import LAYER_RULES
+
+B = 6
+
+
+class Head(nn.Module):
+    """A per-sample loss head: a fixed nonlinear readout of a layer's output."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.inner(x)
+        return (torch.tanh(out) * torch.cos(out)).reshape(out.shape[0], -1).sum(1)
+
+
+class SeqModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(11, 8, padding_idx=0)
+        self.ln = nn.LayerNorm(8)
+        self.fc1 = nn.Linear(8, 6)
+        self.fc2 = nn.Linear(6, 3, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.ln(self.emb(ids))
+        return torch.sin(self.fc2(torch.tanh(self.fc1(h)))).sum((1, 2))
+
+
+class ConvModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.c2 = nn.Conv2d(4, 4, 3, stride=2, groups=2, padding_mode="reflect", padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.gn(self.c1(x)))
+        h = torch.tanh(self.c2(h))
+        return torch.sin(self.fc(h.flatten(1))).sum(1)
+
+
+def _cases() -> dict[str, tuple[nn.Module, torch.Tensor]]:
+    torch.manual_seed(0)
+    ids = torch.randint(0, 11, (B, 9))
+    ids[:, 3] = ids[:, 5]  # repeated tokens within a sample
+    ids[0, 0] = 0  # padding index
+    cases = {
+        "linear": (Head(nn.Linear(5, 3)), torch.randn(B, 5)),
+        "linear_seq": (Head(nn.Linear(5, 3)), torch.randn(B, 7, 5)),
+        "linear_seq2": (Head(nn.Linear(4, 4, bias=False)), torch.randn(B, 2, 3, 4)),
+        "conv1d": (Head(nn.Conv1d(3, 4, 3, padding=2, dilation=2, stride=2)), torch.randn(B, 3, 11)),
+        "conv1d_groups": (Head(nn.Conv1d(4, 6, 2, groups=2)), torch.randn(B, 4, 7)),
+        "conv2d": (Head(nn.Conv2d(2, 3, (3, 5), padding="same", dilation=(2, 1))), torch.randn(B, 2, 6, 5)),
+        "conv2d_stride": (Head(nn.Conv2d(2, 3, 3, stride=2, padding=1, padding_mode="circular")),
+                          torch.randn(B, 2, 7, 6)),
+        "embedding": (Head(nn.Embedding(11, 5, padding_idx=0)), ids),
+        "layernorm": (Head(nn.LayerNorm((3, 4))), torch.randn(B, 2, 3, 4)),
+        "groupnorm": (Head(nn.GroupNorm(2, 4)), torch.randn(B, 4, 3, 3)),
+        "rmsnorm": (Head(nn.RMSNorm(5)), torch.randn(B, 4, 5)),
+        "seq_model": (SeqModel(), ids),
+        "conv_model": (ConvModel(), torch.randn(B, 3, 8, 8)),
+    }
+    for model, _ in cases.values():  # make affine parameters non-trivial
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+    return cases
+
+
+CASES = _cases()
+
+
+def _prep(name: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:
+    model, x = CASES[name]
+    model = copy.deepcopy(model).to(dtype)
+    return model, (x.to(dtype) if x.is_floating_point() else x)
+
+
+def _per_sample_grads(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Brute force: (B, n_params) flattened per-sample gradients by vmap(grad)."""
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p: dict[str, torch.Tensor], xi: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, p, (xi.unsqueeze(0),)).sum()
+
+    g = vmap(grad(loss), in_dims=(None, 0))(params, x)
+    return torch.cat([g[k].reshape(x.shape[0], -1) for k in params], 1)
+
+
+def _rtol(dtype: torch.dtype) -> float:
+    return 1e-5 if dtype == torch.float32 else 1e-10
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["ghost", "instantiate", "auto"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_norms_match_brute_force(name: str, mode: str, dtype: torch.dtype) -> None:
+    model, x = _prep(name, dtype)
+    expected = _per_sample_grads(model, x).double().norm(dim=1)
+    norms = per_sample_grad_norms(model, lambda m: m(x), mode=mode)
+    assert norms.dtype == torch.float64
+    torch.testing.assert_close(norms, expected, rtol=_rtol(dtype), atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["ghost", "instantiate"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_clip_and_accumulate_matches_brute_force(name: str, mode: str, dtype: torch.dtype) -> None:
+    model, x = _prep(name, dtype)
+    G = _per_sample_grads(model, x)
+    norms = G.norm(dim=1)
+    C = float(norms.median())
+    expected = (G * (C / norms).clamp(max=1.0)[:, None]).sum(0)
+    clip_and_accumulate(model, lambda m: m(x), C, mode=mode)
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, expected, rtol=_rtol(dtype) * 10, atol=_rtol(dtype) * 10)
+
+
+@pytest.mark.parametrize("mode", ["ghost", "instantiate"])
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("scale", [1e-1, 1e-6])
+def test_coupled_norms_match_brute_force(name: str, mode: str, scale: float) -> None:
+    """||g_i(x) - g_i(x')|| stays accurate relative to itself when x' is very close to x."""
+    model, x = _prep(name, torch.float64)
+    prev = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in prev.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    expected = (_per_sample_grads(model, x) - _per_sample_grads(prev, x)).norm(dim=1)
+    expected_g = _per_sample_grads(model, x).norm(dim=1)
+    norms, diffs = coupled_norms(model, prev, lambda m: m(x), mode=mode)
+    torch.testing.assert_close(norms, expected_g, rtol=1e-10, atol=0)
+    # relative to the difference itself: the naive ||G||^2 + ||G'||^2 - 2<G, G'> loses
+    # ~ eps * ||G||^2 / ||G - G'||^2 = 1e-4 at scale 1e-6 and would fail this
+    torch.testing.assert_close(diffs, expected, rtol=1e-7, atol=0)
+
+
+def test_coupled_norms_float32_small_difference() -> None:
+    model, x = _prep("seq_model", torch.float32)
+    prev = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in prev.parameters():
+            p.mul_(1 + 1e-3)
+    m64, p64 = copy.deepcopy(model).double(), copy.deepcopy(prev).double()
+    expected = (_per_sample_grads(m64, x) - _per_sample_grads(p64, x)).norm(dim=1)
+    _, diffs = coupled_norms(model, prev, lambda m: m(x), mode="ghost")
+    torch.testing.assert_close(diffs, expected, rtol=1e-3, atol=0)
+
+
+def test_accumulate_two_passes_with_noise() -> None:
+    """sum_i w_i g_i(x) + sum_i w'_i g_i(x') + sigma z, z from the Philox stream."""
+    from rml_fast.kernels.random import normal_reference
+
+    model, x = _prep("conv_model", torch.float64)
+    prev = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in prev.parameters():
+            p.mul_(0.9)
+    G, G2 = _per_sample_grads(model, x), _per_sample_grads(prev, x)
+    w = torch.linspace(0.1, 1.0, B, dtype=torch.float64)
+    w2 = -torch.linspace(1.0, 0.2, B, dtype=torch.float64)
+    with ClippingEngine(model) as e1, ClippingEngine(prev) as e2:
+        with e1.record():
+            cp = e1.backward(model(x))
+        with e2.record():
+            cp2 = e2.backward(prev(x))
+        e1.accumulate([(cp, w), (cp2, w2)], noise_std=0.5, seed=123, offset=77)
+    z = torch.from_numpy(normal_reference(e1.numel, 123, 77)).double()
+    expected = w @ G + w2 @ G2 + 0.5 * z
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+# opacus 1.6 differs from brute force (and from us) on non-zero padding modes (it ignores
+# padding_mode="circular"/"reflect") and on Embedding(padding_idx=...) (it gives the padding
+# row a gradient): those cases are checked against vmap(grad) only.
+OPACUS_CASES = ["linear", "linear_seq", "linear_seq2", "conv1d", "conv1d_groups", "conv2d",
+                "layernorm", "groupnorm", "rmsnorm"]
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook:UserWarning")
+@pytest.mark.parametrize("name", OPACUS_CASES)
+def test_matches_opacus_per_sample_norms(name: str) -> None:
+    pytest.importorskip("opacus")
+    from opacus.grad_sample import GradSampleModule
+
+    model, x = _prep(name, torch.float64)
+    gsm = GradSampleModule(copy.deepcopy(model), loss_reduction="sum")
+    gsm(x).sum().backward()
+    opacus_norms = torch.stack(
+        [p.grad_sample.reshape(B, -1).norm(dim=1) for p in gsm.parameters()], 1
+    ).norm(dim=1)
+    ours = per_sample_grad_norms(model, lambda m: m(x))
+    torch.testing.assert_close(ours, opacus_norms, rtol=1e-10, atol=0)
+
+
+def test_unsupported_layer_raises_naming_it() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    with pytest.raises(UnsupportedLayerError, match=r"'1' \(BatchNorm1d\)"):
+        ClippingEngine(model)
+
+
+def test_tied_weights_and_inplace_outputs_raise() -> None:
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    b.weight = a.weight
+    with pytest.raises(UnsupportedLayerError, match="shared"):
+        ClippingEngine(nn.Sequential(a, b))
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True), nn.Linear(3, 1))
+    x = torch.randn(4, 3)
+    with pytest.raises(UnsupportedLayerError, match="in place"):
+        per_sample_grad_norms(model, lambda m: m(x).squeeze(1))
+    twice = nn.Linear(3, 3)
+    with pytest.raises(UnsupportedLayerError, match="ran twice"):
+        per_sample_grad_norms(twice, lambda m: m(m(x)).sum(1))
+
+
+def test_frozen_layers_are_skipped_and_bad_args_raise() -> None:
+    model = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(3, 1))
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    model.eval()
+    x = torch.randn(4, 3)
+    norms = per_sample_grad_norms(model, lambda m: m(x).squeeze(1))
+    assert norms.shape == (4,)
+    with pytest.raises(ValueError, match="mode"):
+        ClippingEngine(model, mode="fast")
+    with pytest.raises(TypeError, match="model"):
+        ClippingEngine("model")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="losses"):
+        per_sample_grad_norms(model, lambda m: m(x))
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_and_accumulate(model, lambda m: m(x).squeeze(1), 0.0)
+
+
+def test_registry_rejects_duplicates() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        LAYER_RULES.register(nn.Linear)(lambda m, x, d: [])
