@@ -35,9 +35,13 @@ def _load(path: Path) -> ModuleType:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rml-fast bench", description=__doc__.splitlines()[0])
-    parser.add_argument("families", nargs="*", help=f"suites to run (default all: {', '.join(available())})")
+    parser.add_argument(
+        "families", nargs="*", help=f"suites to run (default all: {', '.join(available())})"
+    )
     parser.add_argument("--quick", action="store_true", help="every case at its smallest size")
-    parser.add_argument("--out", default=str(HERE / "results"), help="directory for the JSON results")
+    parser.add_argument(
+        "--out", default=str(HERE / "results"), help="directory for the JSON results"
+    )
     parser.add_argument("--plot", action="store_true", help="also write a PNG per suite")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per side (median)")
@@ -45,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install 'rml_fast[bench]'")
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
     suites = available()
     unknown = [f for f in args.families if f not in suites]
     if unknown:
@@ -57,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         console.print(suite.table())
         path = suite.save(args.out, plot=args.plot)
-        console.print(f"[dim]{family}: {len(suite.rows)} rows in {time.perf_counter() - start:.1f} s -> {path}[/dim]")
+        console.print(
+            f"[dim]{family}: {len(suite.rows)} rows in {time.perf_counter() - start:.1f} s -> {path}[/dim]"
+        )
     return 0
 
 

@@ -40,7 +40,9 @@ class Interval:
         if self.kind not in ("real", "int"):
             raise ValueError(f"Interval kind must be 'real' or 'int', got {self.kind!r}")
         if self.closed not in ("left", "right", "both", "neither"):
-            raise ValueError(f"Interval closed must be left/right/both/neither, got {self.closed!r}")
+            raise ValueError(
+                f"Interval closed must be left/right/both/neither, got {self.closed!r}"
+            )
 
     def __contains__(self, value: float) -> bool:
         if self.left is not None:
@@ -139,7 +141,11 @@ def check_array(
         allowed = [np.dtype(d) for d in dtypes]
         if arr.dtype not in allowed:
             converted = True
-            if arr.dtype.kind == "f" and allowed[0].kind == "f" and arr.dtype.itemsize > allowed[0].itemsize:
+            if (
+                arr.dtype.kind == "f"
+                and allowed[0].kind == "f"
+                and arr.dtype.itemsize > allowed[0].itemsize
+            ):
                 raise TypeError(
                     f"{name} must have dtype in {[str(d) for d in allowed]}, got {arr.dtype}"
                 )

@@ -80,7 +80,10 @@ def time_call(
         runs.append(time.perf_counter() - start)
     arr = np.asarray(runs)
     return Timing(
-        float(np.median(arr)), float(np.quantile(arr, 0.2)), float(np.quantile(arr, 0.8)), tuple(runs)
+        float(np.median(arr)),
+        float(np.quantile(arr, 0.2)),
+        float(np.quantile(arr, 0.8)),
+        tuple(runs),
     )
 
 
@@ -226,7 +229,9 @@ class Suite:
         self.rows.append(row)
         return row
 
-    def run(self, cases: Iterable[dict[str, Any]], body: Callable[[Suite, dict[str, Any]], None]) -> Suite:
+    def run(
+        self, cases: Iterable[dict[str, Any]], body: Callable[[Suite, dict[str, Any]], None]
+    ) -> Suite:
         """Call ``body(self, case)`` for every case, with a progress bar."""
         cases = list(cases)
         if not self.progress:
@@ -276,7 +281,10 @@ class Suite:
 
     def plot(self, path: str | os.PathLike[str]) -> Path:
         """Bar chart of the ratios per case and peer (needs matplotlib)."""
-        import matplotlib
+        try:
+            import matplotlib
+        except ImportError as exc:
+            raise ImportError("plotting needs matplotlib: pip install 'rml_fast[bench]'") from exc
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -284,7 +292,9 @@ class Suite:
         labels = [f"{_case_str(r['case'])}\nvs {r['peer']}" for r in self.rows]
         ratios = [r["ratio"] for r in self.rows]
         fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(labels)), 4.0))
-        ax.bar(range(len(ratios)), ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+        ax.bar(
+            range(len(ratios)), ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios]
+        )
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_yscale("log")
         ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")

@@ -14,10 +14,14 @@ from typing import Any
 
 def _find_benchmarks(explicit: str | None) -> Path:
     """The ``benchmarks/`` folder of a checkout: explicit, under the cwd, or beside the package."""
-    candidates = [Path(explicit)] if explicit else [
-        Path.cwd() / "benchmarks",
-        Path(__file__).resolve().parent.parent / "benchmarks",
-    ]
+    candidates = (
+        [Path(explicit)]
+        if explicit
+        else [
+            Path.cwd() / "benchmarks",
+            Path(__file__).resolve().parent.parent / "benchmarks",
+        ]
+    )
     for c in candidates:
         if (c / "run_all.py").is_file():
             return c

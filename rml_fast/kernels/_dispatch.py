@@ -80,9 +80,7 @@ def resolve_device(device: Any, name: str = "device") -> Device:
             )
     kind = device.split(":", 1)[0]
     if kind not in ("cpu", "cuda") or (kind == "cpu" and device != "cpu"):
-        raise ValueError(
-            f"{name} must be None, 'numpy', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
-        )
+        raise ValueError(f"{name} must be None, 'numpy', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if kind == "cuda":
         suffix = device[5:]
         if suffix and not (suffix.startswith(":") and suffix[1:].isdigit()):
@@ -151,11 +149,11 @@ class Kernel:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'auto' or one of {BACKENDS}, got {backend!r}")
         if backend not in self._impls:
-            raise ValueError(
-                f"{self.name} has no {backend!r} implementation (has {self.backends})"
-            )
+            raise ValueError(f"{self.name} has no {backend!r} implementation (has {self.backends})")
         if backend == "native" and device.kind == "cuda":
-            raise ValueError(f"{self.name}: the native backend runs on CPU memory, not {device.torch_device}")
+            raise ValueError(
+                f"{self.name}: the native backend runs on CPU memory, not {device.torch_device}"
+            )
         if backend == "triton":
             if not triton_available():
                 raise ImportError(

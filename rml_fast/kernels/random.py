@@ -80,9 +80,7 @@ def uniform(
     return _uniform(n, seed, offset, device=resolve_device(device), backend=backend)
 
 
-def normal(
-    n: int, seed: int, offset: int = 0, *, device: Any = None, backend: str = "auto"
-) -> Any:
+def normal(n: int, seed: int, offset: int = 0, *, device: Any = None, backend: str = "auto") -> Any:
     """Draw ``n`` float32 standard normals from the Philox stream ``seed``.
 
     ``out[i] = tl.randn(seed, offset + i)``: Box-Muller on the first two Philox words,
@@ -117,8 +115,31 @@ def seed_from_rng(rng: Any = None) -> int:
 # --- reference implementation (NumPy) ----------------------------------------------------
 
 
+def _philox4x32_10(
+    c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: int, k1: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Ten Philox rounds on uint32 counter arrays with key ``(k0, k1)``."""
+    mask32 = np.uint64(0xFFFFFFFF)
+    key0, key1 = np.uint32(k0), np.uint32(k1)
+    with np.errstate(over="ignore"):
+        for _ in range(10):
+            prod_b = _PHILOX_M[1] * c2.astype(np.uint64)
+            prod_a = _PHILOX_M[0] * c0.astype(np.uint64)
+            c0, c1, c2, c3 = (
+                (prod_b >> np.uint64(32)).astype(np.uint32) ^ c1 ^ key0,
+                (prod_b & mask32).astype(np.uint32),
+                (prod_a >> np.uint64(32)).astype(np.uint32) ^ c3 ^ key1,
+                (prod_a & mask32).astype(np.uint32),
+            )
+            key0 = key0 + _PHILOX_W[0]
+            key1 = key1 + _PHILOX_W[1]
+    return c0, c1, c2, c3
+
+
 def philox4x32_reference(seed: int, offsets: np.ndarray) -> np.ndarray:
     """Philox4x32-10 words for counters ``(offset_lo, offset_hi, 0, 0)`` and key ``seed``.
+
+    This is Triton's ``tl.randint4x(seed, offsets)`` for int64 offsets.
 
     Parameters
     ----------
@@ -131,26 +152,11 @@ def philox4x32_reference(seed: int, offsets: np.ndarray) -> np.ndarray:
     words : ndarray of shape (4, n), uint32
     """
     offsets = np.asarray(offsets, dtype=np.uint64)
-    mask32 = np.uint64(0xFFFFFFFF)
-    c0 = (offsets & mask32).astype(np.uint32)
-    c1 = (offsets >> np.uint64(32)).astype(np.uint32)
-    c2 = np.zeros_like(c0)
-    c3 = np.zeros_like(c0)
-    k0 = np.uint32(seed & 0xFFFFFFFF)
-    k1 = np.uint32((seed >> 32) & 0xFFFFFFFF)
-    with np.errstate(over="ignore"):
-        for _ in range(10):
-            prod_b = _PHILOX_M[1] * c2.astype(np.uint64)
-            prod_a = _PHILOX_M[0] * c0.astype(np.uint64)
-            c0, c1, c2, c3 = (
-                (prod_b >> np.uint64(32)).astype(np.uint32) ^ c1 ^ k0,
-                (prod_b & mask32).astype(np.uint32),
-                (prod_a >> np.uint64(32)).astype(np.uint32) ^ c3 ^ k1,
-                (prod_a & mask32).astype(np.uint32),
-            )
-            k0 = k0 + _PHILOX_W[0]
-            k1 = k1 + _PHILOX_W[1]
-    return np.stack([c0, c1, c2, c3])
+    lo = (offsets & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    hi = (offsets >> np.uint64(32)).astype(np.uint32)
+    zero = np.zeros_like(lo)
+    words = _philox4x32_10(lo, hi, zero, zero, seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF)
+    return np.stack(words)
 
 
 def _uint_to_uniform(words: np.ndarray) -> np.ndarray:
@@ -170,14 +176,18 @@ def uniform_reference(n: int, seed: int, offset: int = 0) -> np.ndarray:
 
 
 def normal_reference(n: int, seed: int, offset: int = 0) -> np.ndarray:
-    """NumPy twin of :func:`normal`: returns ndarray of shape (n,), float32."""
+    """NumPy twin of :func:`normal`: returns ndarray of shape (n,), float32.
+
+    Every float32 operation of Triton's Box-Muller is reproduced, with ``log`` and ``cos``
+    correctly rounded to float32 (evaluated in float64, then rounded).
+    """
     n, seed, offset = _validate(n, seed, offset)
     words = philox4x32_reference(seed, _counters(n, offset))
     u1 = np.maximum(np.float32(1e-7), _uint_to_uniform(words[0]))
-    u2 = _uint_to_uniform(words[1])
-    theta = np.float32(6.283185307179586) * u2
-    radius = np.sqrt(np.float32(-2.0) * np.log(u1))
-    return (radius * np.cos(theta)).astype(np.float32)
+    theta = np.float32(6.283185307179586) * _uint_to_uniform(words[1])
+    log_u1 = np.log(u1.astype(np.float64)).astype(np.float32)
+    radius = np.sqrt(np.float32(-2.0) * log_u1)
+    return radius * np.cos(theta.astype(np.float64)).astype(np.float32)
 
 
 # --- backends ----------------------------------------------------------------------------

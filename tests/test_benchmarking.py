@@ -1,0 +1,104 @@
+"""The benchmark harness: timing statistics, ratios, JSON rows, and the CLI entry points."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rml_fast import cli
+from rml_fast.benchmarking import Suite, peak_memory_mb, time_call
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_time_call_counts_runs_and_orders_quantiles():
+    calls = []
+    t = time_call(lambda: calls.append(1), warmup=2, repeat=4)
+    assert len(calls) == 6 and len(t.runs_s) == 4
+    assert t.q20_s <= t.median_s <= t.q80_s
+    with pytest.raises(ValueError, match="repeat must be"):
+        time_call(lambda: None, repeat=0)
+
+
+def test_ratio_orders_a_slow_peer_above_one():
+    suite = Suite("unit", repeat=3, warmup=0, progress=False)
+    row = suite.compare(
+        {"n": 1}, lambda: None, lambda: time.sleep(0.01), peer_name="sleep", memory=False
+    )
+    assert row["ratio"] > 10
+    assert row["peer_median_s"] >= 0.01
+
+
+def test_peak_memory_sees_a_large_allocation():
+    import numpy as np
+
+    def alloc():
+        a = np.ones(50 * 2**20 // 8)  # 50 MiB, touched
+        time.sleep(0.02)
+        return a.sum()
+
+    mb = peak_memory_mb(alloc)
+    assert mb is not None and mb > 40
+
+
+def test_suite_writes_json_rows_with_machine(tmp_path):
+    suite = Suite("unit", repeat=2, warmup=0, progress=False)
+    suite.run(
+        [{"n": 1}, {"n": 2}],
+        lambda s, case: s.compare(case, lambda: None, lambda: None, peer_name="p"),
+    )
+    path = suite.save(tmp_path)
+    rows = json.loads(path.read_text())
+    assert [r["case"] for r in rows] == [{"n": 1}, {"n": 2}]
+    for r in rows:
+        for key in (
+            "suite",
+            "peer",
+            "ours_median_s",
+            "peer_median_s",
+            "ratio",
+            "ours_peak_mb",
+            "peer_peak_mb",
+        ):
+            assert key in r
+        assert r["machine"]["cpu_count"] >= 1 and r["machine"]["openmp_threads"] >= 1
+
+
+def test_cli_info(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "native extension: built=True" in out and "OpenMP" in out
+    assert cli.main(["info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["native"]["built"] is True
+
+
+def test_cli_bench_random_quick(tmp_path, capsys):
+    rc = cli.main(
+        [
+            "bench",
+            "--bench-dir",
+            str(ROOT / "benchmarks"),
+            "random",
+            "--quick",
+            "--no-progress",
+            "--repeat",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert rc == 0
+    rows = json.loads((tmp_path / "random.json").read_text())
+    assert {r["peer"] for r in rows} >= {"numpy Generator(Philox)", "torch (cpu)"}
+    assert all(r["case"]["n"] == 10**6 and r["ratio"] > 0 for r in rows)
+    assert "ratio" in capsys.readouterr().out
+
+
+def test_cli_bench_rejects_unknown_suite(tmp_path):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--bench-dir", str(ROOT / "benchmarks"), "nope", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="source checkout"):
+        cli.main(["bench", "--bench-dir", str(tmp_path)])
