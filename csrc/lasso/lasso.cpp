@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "common/parallel.hpp"
+#include "common/simd.hpp"
 
 namespace rml::lasso {
 namespace {
@@ -26,14 +27,6 @@ inline double dot_xr(const T* x, const double* r, i64 n) {
   return s;
 }
 
-template <typename T>
-inline double dot_xx(const T* a, const T* b, i64 n) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (i64 i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
-  return s;
-}
-
 inline double dot_dd(const double* a, const double* b, i64 n) {
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
@@ -48,6 +41,54 @@ inline void axpy(double a, const T* x, double* r, i64 n) {
 }
 
 inline double soft(double z, double t) { return z > t ? z - t : (z < -t ? z + t : 0.0); }
+
+// c_j = x_j^T r for unscreened j in [j0, j1); returns max |c_j|. Multi-versioned (AVX2/AVX-512).
+template <typename T>
+inline double corr_range_impl(const T* X, i64 n, i64 j0, i64 j1, const char* screened,
+                              const double* r, double* c) {
+  double mx = 0.0;
+  for (i64 j = j0; j < j1; ++j) {
+    if (screened[j]) continue;
+    const T* x = X + j * n;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (i64 i = 0; i < n; ++i) s += static_cast<double>(x[i]) * r[i];
+    c[j] = s;
+    mx = std::max(mx, std::abs(s));
+  }
+  return mx;
+}
+
+RML_SIMD_CLONES double corr_range(const double* X, i64 n, i64 j0, i64 j1, const char* screened,
+                                  const double* r, double* c) {
+  return corr_range_impl(X, n, j0, j1, screened, r, c);
+}
+
+RML_SIMD_CLONES double corr_range(const float* X, i64 n, i64 j0, i64 j1, const char* screened,
+                                  const double* r, double* c) {
+  return corr_range_impl(X, n, j0, j1, screened, r, c);
+}
+
+// Gram entries a^T b for pairs of columns.
+RML_SIMD_CLONES double col_dot(const double* a, const double* b, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+RML_SIMD_CLONES double col_dot(const float* a, const float* b, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return s;
+}
+
+// c -= d * g over k entries (the inner CD update).
+RML_SIMD_CLONES void sub_scaled(double* c, const double* g, double d, i64 k) {
+#pragma omp simd
+  for (i64 i = 0; i < k; ++i) c[i] -= d * g[i];
+}
 
 // Dual objective at theta = r / s from rr = ||r||^2 and ry = r^T y (see lasso.hpp).
 inline double dual_value(double rr, double ry, double s, double lam, double n) {
@@ -174,14 +215,15 @@ class Problem {
 
   // c_j = x_j^T r on unscreened features; returns max |c_j|.
   double correlations() {
+    const bool par = par_ && nt_ > 1 && n_ * m_ >= (1 << 22);
+    if (!par) return corr_range(X_, n_, 0, m_, screened_.data(), r_.data(), c_.data());
     double mx = 0.0;
-    const bool par = par_ && n_ * m_ >= (1 << 22);
-#pragma omp parallel for schedule(static) num_threads(nt_) if (par) reduction(max : mx)
-    for (i64 j = 0; j < m_; ++j) {
-      if (screened_[static_cast<size_t>(j)]) continue;
-      const double v = dot_xr(col(j), r_.data(), n_);
-      c_[static_cast<size_t>(j)] = v;
-      mx = std::max(mx, std::abs(v));
+    const i64 chunk = 256;
+    const i64 n_chunks = (m_ + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nt_) reduction(max : mx)
+    for (i64 q = 0; q < n_chunks; ++q) {
+      const i64 j0 = q * chunk, j1 = std::min(m_, j0 + chunk);
+      mx = std::max(mx, corr_range(X_, n_, j0, j1, screened_.data(), r_.data(), c_.data()));
     }
     return mx;
   }
@@ -265,7 +307,7 @@ class Problem {
         const i64 sq = slot_[static_cast<size_t>(jq)];
         double& cell = gc_[static_cast<size_t>(sa * kGramCap + sq)];
         if (std::isnan(cell)) {
-          cell = dot_xx(col(ja), col(jq), n_);
+          cell = col_dot(col(ja), col(jq), n_);
           gc_[static_cast<size_t>(sq * kGramCap + sa)] = cell;
         }
         G[static_cast<size_t>(a * k + q)] = cell;
@@ -336,8 +378,7 @@ class Problem {
         if (nw != old) {
           const double d = nw - old;
           w[aa] = nw;
-          const double* g = &G[static_cast<size_t>(a * k)];
-          for (i64 q = 0; q < k; ++q) c[static_cast<size_t>(q)] -= d * g[q];
+          sub_scaled(c.data(), &G[static_cast<size_t>(a * k)], d, k);
         }
       }
       ++ep;
