@@ -215,7 +215,7 @@ class Problem {
 
   // c_j = x_j^T r on unscreened features; returns max |c_j|.
   double correlations() {
-    const bool par = par_ && nt_ > 1 && n_ * m_ >= (1 << 22);
+    const bool par = par_ && nt_ > 1 && n_ * m_ >= (i64{1} << 25);
     if (!par) return corr_range(X_, n_, 0, m_, screened_.data(), r_.data(), c_.data());
     double mx = 0.0;
     const i64 chunk = 256;
