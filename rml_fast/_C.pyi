@@ -38,3 +38,25 @@ class clip:  # submodule rml_fast._C.clip
         offset: int,
         gemm: int,
     ) -> None: ...
+class lasso:  # submodule rml_fast._C.lasso
+    @staticmethod
+    def path(
+        X: npt.NDArray[np.floating[Any]],
+        Y: npt.NDArray[np.floating[Any]],
+        lambdas: npt.NDArray[np.float64],
+        col_norm2: npt.NDArray[np.float64],
+        warm_start: npt.NDArray[np.float64] | None = None,
+        tol: float = 1e-6,
+        max_epochs: int = 10000,
+        ws_start: int = 10,
+        anderson_k: int = 5,
+        screening: bool = True,
+        working_set: bool = True,
+        n_threads: int = 0,
+    ) -> tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.int64],
+    ]: ...

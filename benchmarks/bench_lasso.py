@@ -1,0 +1,127 @@
+"""Lasso on wide dense designs: rml_fast.kernels.lasso vs scikit-learn, celer and skglm.
+
+Design: Gaussian columns normalised to unit norm (d rows, m >> d features), targets
+``y = D delta* + noise`` with a 20-sparse ``delta*``. Sizes (d, m): (384, 6144),
+(768, 24576), (2048, 32768) (``--quick``: the first, without the 64-RHS task; ``RML_FAST_BENCH_LARGE=1`` adds
+(4096, 65536)). Tasks: one penalty at ``lambda_max / 20``; a 50-penalty path from
+``lambda_max`` to ``1e-2 lambda_max``; 64 right-hand sides on a 10-penalty path (peers loop
+over the columns; the two smaller sizes only, the peers take too long on the largest). Float64 and float32. Every solver stops at the same relative duality gap,
+``gap <= 1e-6 ||y||^2 / (2 d)`` (sklearn ``tol=5e-7`` in its unscaled gap, celer
+``tol=5e-7``); skglm stops on its KKT-violation criterion at ``tol=1e-6 ||y||^2 / d``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from rml_fast.benchmarking import Suite
+from rml_fast.kernels.lasso import lasso_path
+
+SUITE = "lasso"
+REL_TOL = 1e-6
+
+
+def _problem(d: int, m: int, B: int, dtype: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    D = rng.standard_normal((d, m), dtype=np.float32 if dtype == np.float32 else np.float64)
+    D /= np.linalg.norm(D, axis=0)
+    W = np.zeros((m, B), dtype=D.dtype)
+    for b in range(B):
+        idx = rng.choice(m, 20, replace=False)
+        W[idx, b] = rng.choice([-1.0, 1.0], 20) * (1 + rng.random(20))
+    Y = D @ W + 0.01 * rng.standard_normal((d, B)).astype(D.dtype)
+    return np.asfortranarray(D), np.asfortranarray(Y.astype(dtype))
+
+
+def _lambdas(D: np.ndarray, Y: np.ndarray, task: str) -> np.ndarray:
+    lmax = float(np.abs(D.T @ Y).max()) / D.shape[0]
+    if task == "single":
+        return np.array([lmax / 20])
+    return np.geomspace(lmax, lmax * 1e-2, 50 if task == "path" else 10)
+
+
+def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
+    peers: dict[str, Any] = {}
+    d = D.shape[0]
+    cols = [np.ascontiguousarray(Y[:, b]) for b in range(Y.shape[1])]
+    try:
+        from sklearn.linear_model import lasso_path as sk_path
+
+        def sklearn_run() -> None:
+            for y in cols:
+                sk_path(D, y, alphas=lams, tol=REL_TOL / 2, max_iter=100_000)
+
+        peers["sklearn lasso_path"] = sklearn_run
+    except ImportError:
+        pass
+    try:
+        from celer import celer_path
+
+        def celer_run() -> None:
+            for y in cols:
+                celer_path(D, y, "lasso", alphas=lams.astype(D.dtype), tol=REL_TOL / 2, max_iter=100)
+
+        peers["celer celer_path"] = celer_run
+    except ImportError:
+        pass
+    try:
+        from skglm import Lasso as SkglmLasso
+
+        def skglm_run() -> None:
+            for y in cols:
+                est = SkglmLasso(alpha=lams[0], fit_intercept=False, warm_start=True,
+                                 tol=REL_TOL * float(y @ y) / d, max_iter=100)
+                for lam in lams:
+                    est.alpha = lam
+                    est.fit(D, y)
+
+        peers["skglm Lasso (warm loop)"] = skglm_run
+    except ImportError:
+        pass
+    return peers
+
+
+def _body(suite: Suite, case: dict[str, Any]) -> None:
+    d, m, task, dtype = case["d"], case["m"], case["task"], case["dtype"]
+    B = 64 if task == "multi64" else 1
+    npdt = np.float32 if dtype == "float32" else np.float64
+    D, Y = _problem(d, m, B, npdt)
+    lams = _lambdas(D, Y, task)
+    Yin = Y[:, 0].copy() if B == 1 else Y
+
+    def ours() -> None:
+        lasso_path(D, Yin, lams, tol=REL_TOL)
+
+    res = lasso_path(D, Yin, lams, tol=REL_TOL)
+    nnz = int(np.count_nonzero(res.coefs[-1]))
+    note = f"L={lams.size} B={B} final nnz={nnz} max epochs={int(np.max(res.n_epochs))}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # peers' convergence warnings at float32
+        for name, peer in _peers(D, Y, lams).items():
+            suite.compare(case, ours, peer, peer_name=name, note=note, memory=False)
+
+
+def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
+    sizes = [(384, 6144)] if quick else [(384, 6144), (768, 24576), (2048, 32768)]
+    if os.environ.get("RML_FAST_BENCH_LARGE") == "1" and not quick:
+        sizes.append((4096, 65536))
+    tasks = ["single", "path", "multi64"]
+    dtypes = ["float64", "float32"]
+    cases = [{"d": d, "m": m, "task": t, "dtype": dt} for d, m in sizes for t in tasks
+             for dt in dtypes if t != "multi64" or d * m <= 768 * 24576]
+    if quick:
+        cases = [c for c in cases if c["task"] != "multi64"]
+        repeat = min(repeat, 2)
+    return Suite(SUITE, quick=quick, progress=progress, repeat=repeat, warmup=0 if quick else 1).run(
+        cases, _body
+    )
+
+
+if __name__ == "__main__":
+    from run_all import main
+
+    raise SystemExit(main([SUITE]))

@@ -1,0 +1,553 @@
+// Lasso path: gap-safe screening, working sets, Gram-cached coordinate descent with Anderson
+// extrapolation; OpenMP over right-hand sides (or over columns for a single right-hand side).
+#include "lasso/lasso.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "common/parallel.hpp"
+#include "common/simd.hpp"
+
+namespace rml::lasso {
+namespace {
+
+using i64 = std::int64_t;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr i64 kGramCap = 1024;     // largest cached Gram block (features) per problem
+constexpr i64 kCheckEvery = 10;    // inner epochs between duality-gap checks
+constexpr double kInnerRatio = 0.3;  // inner tolerance as a fraction of the outer gap
+
+template <typename T>
+inline double dot_xr(const T* x, const double* r, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += static_cast<double>(x[i]) * r[i];
+  return s;
+}
+
+inline double dot_dd(const double* a, const double* b, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+template <typename T>
+inline void axpy(double a, const T* x, double* r, i64 n) {
+#pragma omp simd
+  for (i64 i = 0; i < n; ++i) r[i] += a * static_cast<double>(x[i]);
+}
+
+inline double soft(double z, double t) { return z > t ? z - t : (z < -t ? z + t : 0.0); }
+
+// c_j = x_j^T r for unscreened j in [j0, j1); returns max |c_j|. Multi-versioned (AVX2/AVX-512).
+template <typename T>
+inline double corr_range_impl(const T* X, i64 n, i64 j0, i64 j1, const char* screened,
+                              const double* r, double* c) {
+  double mx = 0.0;
+  for (i64 j = j0; j < j1; ++j) {
+    if (screened[j]) continue;
+    const T* x = X + j * n;
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (i64 i = 0; i < n; ++i) s += static_cast<double>(x[i]) * r[i];
+    c[j] = s;
+    mx = std::max(mx, std::abs(s));
+  }
+  return mx;
+}
+
+RML_SIMD_CLONES double corr_range(const double* X, i64 n, i64 j0, i64 j1, const char* screened,
+                                  const double* r, double* c) {
+  return corr_range_impl(X, n, j0, j1, screened, r, c);
+}
+
+RML_SIMD_CLONES double corr_range(const float* X, i64 n, i64 j0, i64 j1, const char* screened,
+                                  const double* r, double* c) {
+  return corr_range_impl(X, n, j0, j1, screened, r, c);
+}
+
+// Gram entries a^T b for pairs of columns.
+RML_SIMD_CLONES double col_dot(const double* a, const double* b, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+RML_SIMD_CLONES double col_dot(const float* a, const float* b, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return s;
+}
+
+// c -= d * g over k entries (the inner CD update).
+RML_SIMD_CLONES void sub_scaled(double* c, const double* g, double d, i64 k) {
+#pragma omp simd
+  for (i64 i = 0; i < k; ++i) c[i] -= d * g[i];
+}
+
+// Dual objective at theta = r / s from rr = ||r||^2 and ry = r^T y (see lasso.hpp).
+inline double dual_value(double rr, double ry, double s, double lam, double n) {
+  return lam * ry / s - n * lam * lam * rr / (2.0 * s * s);
+}
+
+// Anderson weights from K + 1 iterates hist (row-major, rows of length k): z solves
+// (U U^T) z = 1 with U_i = hist_{i+1} - hist_i, normalised to sum 1. False if singular.
+bool anderson_weights(const std::vector<double>& hist, int K, i64 k, std::vector<double>& U,
+                      std::vector<double>& A, std::vector<double>& z) {
+  for (int i = 0; i < K; ++i)
+    for (i64 j = 0; j < k; ++j)
+      U[static_cast<size_t>(i * k + j)] =
+          hist[static_cast<size_t>((i + 1) * k + j)] - hist[static_cast<size_t>(i * k + j)];
+  double tr = 0.0;
+  for (int i = 0; i < K; ++i) {
+    for (int j = 0; j <= i; ++j) {
+      const double v = dot_dd(&U[static_cast<size_t>(i * k)], &U[static_cast<size_t>(j * k)], k);
+      A[static_cast<size_t>(i * K + j)] = v;
+      A[static_cast<size_t>(j * K + i)] = v;
+    }
+    tr += A[static_cast<size_t>(i * K + i)];
+  }
+  if (!(tr > 0.0)) return false;
+  const double reg = 1e-12 * tr;
+  for (int i = 0; i < K; ++i) A[static_cast<size_t>(i * K + i)] += reg;
+  // Cholesky in place (lower triangle).
+  for (int j = 0; j < K; ++j) {
+    double d = A[static_cast<size_t>(j * K + j)];
+    for (int p = 0; p < j; ++p) d -= A[static_cast<size_t>(j * K + p)] * A[static_cast<size_t>(j * K + p)];
+    if (!(d > 0.0)) return false;
+    d = std::sqrt(d);
+    A[static_cast<size_t>(j * K + j)] = d;
+    for (int i = j + 1; i < K; ++i) {
+      double v = A[static_cast<size_t>(i * K + j)];
+      for (int p = 0; p < j; ++p) v -= A[static_cast<size_t>(i * K + p)] * A[static_cast<size_t>(j * K + p)];
+      A[static_cast<size_t>(i * K + j)] = v / d;
+    }
+  }
+  for (int i = 0; i < K; ++i) {  // forward: L y = 1
+    double v = 1.0;
+    for (int p = 0; p < i; ++p) v -= A[static_cast<size_t>(i * K + p)] * z[static_cast<size_t>(p)];
+    z[static_cast<size_t>(i)] = v / A[static_cast<size_t>(i * K + i)];
+  }
+  for (int i = K - 1; i >= 0; --i) {  // backward: L^T z = y
+    double v = z[static_cast<size_t>(i)];
+    for (int p = i + 1; p < K; ++p) v -= A[static_cast<size_t>(p * K + i)] * z[static_cast<size_t>(p)];
+    z[static_cast<size_t>(i)] = v / A[static_cast<size_t>(i * K + i)];
+  }
+  double sum = 0.0;
+  for (int i = 0; i < K; ++i) sum += z[static_cast<size_t>(i)];
+  if (!std::isfinite(sum) || std::abs(sum) < 1e-300) return false;
+  for (int i = 0; i < K; ++i) z[static_cast<size_t>(i)] /= sum;
+  return true;
+}
+
+template <typename T>
+class Problem {
+ public:
+  Problem(const T* X, i64 n, i64 m, const double* nrm2, const T* y, const Options& opt,
+          bool par, int nt)
+      : X_(X), n_(n), m_(m), nrm2_(nrm2), opt_(opt), par_(par), nt_(nt),
+        w_(static_cast<size_t>(m), 0.0), c_(static_cast<size_t>(m), 0.0),
+        r_(static_cast<size_t>(n)), y_(static_cast<size_t>(n)),
+        screened_(static_cast<size_t>(m), 0), slot_(static_cast<size_t>(m), -1) {
+    for (i64 i = 0; i < n; ++i) y_[static_cast<size_t>(i)] = static_cast<double>(y[i]);
+    yy_ = dot_dd(y_.data(), y_.data(), n);
+  }
+
+  void set_warm(const double* w0) {
+    for (i64 j = 0; j < m_; ++j) w_[static_cast<size_t>(j)] = nrm2_[j] > 0.0 ? w0[j] : 0.0;
+  }
+
+  const std::vector<double>& coef() const { return w_; }
+
+  void solve(double lam, double& gap_out, i64& epochs_out) {
+    const double n = static_cast<double>(n_);
+    const double nl = n * lam;
+    const double tol_abs = opt_.tol * yy_ / (2.0 * n);
+    for (i64 j = 0; j < m_; ++j) screened_[static_cast<size_t>(j)] = nrm2_[j] > 0.0 ? 0 : 1;
+    refresh_support();
+    residual();
+    i64 epochs = 0;
+    i64 ws_prev = 0;
+    double gap = 0.0;
+    for (int it = 0;; ++it) {
+      const double maxc = correlations();
+      const double s = std::max(nl, maxc);
+      const double rr = dot_dd(r_.data(), r_.data(), n_);
+      const double ry = dot_dd(r_.data(), y_.data(), n_);
+      double l1 = 0.0;
+      for (i64 j : support_) l1 += std::abs(w_[static_cast<size_t>(j)]);
+      const double primal = rr / (2.0 * n) + lam * l1;
+      gap = std::max(0.0, primal - dual_value(rr, ry, s, lam, n));
+      if (gap <= tol_abs || epochs >= opt_.max_epochs) break;
+      if (opt_.screening) screen(gap, s, lam);
+      build_working_set(s, it, ws_prev);
+      const i64 budget = opt_.max_epochs - epochs;
+      const double tol_in = kInnerRatio * gap;
+      if (static_cast<i64>(ws_.size()) <= kGramCap)
+        epochs += inner_gram(lam, tol_in, budget);
+      else
+        epochs += inner_residual(lam, tol_in, budget);
+      refresh_support();
+      residual();
+    }
+    gap_out = gap;
+    epochs_out = epochs;
+  }
+
+ private:
+  const T* col(i64 j) const { return X_ + j * n_; }
+
+  void refresh_support() {
+    support_.clear();
+    for (i64 j = 0; j < m_; ++j)
+      if (w_[static_cast<size_t>(j)] != 0.0) support_.push_back(j);
+  }
+
+  void residual() {
+    std::copy(y_.begin(), y_.end(), r_.begin());
+    for (i64 j : support_) axpy(-w_[static_cast<size_t>(j)], col(j), r_.data(), n_);
+  }
+
+  // c_j = x_j^T r on unscreened features; returns max |c_j|.
+  double correlations() {
+    const bool par = par_ && nt_ > 1 && n_ * m_ >= (i64{1} << 25);
+    if (!par) return corr_range(X_, n_, 0, m_, screened_.data(), r_.data(), c_.data());
+    double mx = 0.0;
+    const i64 chunk = 256;
+    const i64 n_chunks = (m_ + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nt_) reduction(max : mx)
+    for (i64 q = 0; q < n_chunks; ++q) {
+      const i64 j0 = q * chunk, j1 = std::min(m_, j0 + chunk);
+      mx = std::max(mx, corr_range(X_, n_, j0, j1, screened_.data(), r_.data(), c_.data()));
+    }
+    return mx;
+  }
+
+  // Gap-safe sphere test: |x_j^T theta| + ||x_j|| rho < 1 => w_j = 0 at the optimum.
+  void screen(double gap, double s, double lam) {
+    const double rho = std::sqrt(2.0 * gap / (static_cast<double>(n_) * lam * lam));
+    bool changed = false;
+    for (i64 j = 0; j < m_; ++j) {
+      const size_t jj = static_cast<size_t>(j);
+      if (screened_[jj]) continue;
+      if (std::abs(c_[jj]) / s + std::sqrt(nrm2_[j]) * rho < 1.0) {
+        screened_[jj] = 1;
+        if (w_[jj] != 0.0) {
+          axpy(w_[jj], col(j), r_.data(), n_);
+          w_[jj] = 0.0;
+          changed = true;
+        }
+      }
+    }
+    if (changed) refresh_support();
+  }
+
+  // Support plus the features closest to violating the dual constraint (celer's priority).
+  void build_working_set(double s, int it, i64& ws_prev) {
+    ws_.clear();
+    for (i64 j = 0; j < m_; ++j)
+      if (!screened_[static_cast<size_t>(j)]) ws_.push_back(j);
+    const i64 n_free = static_cast<i64>(ws_.size());
+    if (!opt_.working_set) {
+      ws_prev = n_free;
+      return;
+    }
+    i64 p = std::max(opt_.ws_start, 2 * static_cast<i64>(support_.size()));
+    if (it > 0) p = std::max(p, 2 * ws_prev);
+    p = std::min(p, n_free);
+    ws_prev = p;
+    if (p < n_free) {
+      auto key = [&](i64 j) {
+        const size_t jj = static_cast<size_t>(j);
+        if (w_[jj] != 0.0) return -1.0;
+        return (1.0 - std::abs(c_[jj]) / s) / std::sqrt(nrm2_[j]);
+      };
+      std::nth_element(ws_.begin(), ws_.begin() + p, ws_.end(),
+                       [&](i64 a, i64 b) { return key(a) < key(b) || (key(a) == key(b) && a < b); });
+      ws_.resize(static_cast<size_t>(p));
+    }
+    std::sort(ws_.begin(), ws_.end());
+  }
+
+  // Make sure every working-set feature has a Gram-cache slot; fills the local Gram G (k x k).
+  void gram(std::vector<double>& G, std::vector<double>& b) {
+    const i64 k = static_cast<i64>(ws_.size());
+    i64 n_new = 0;
+    for (i64 j : ws_)
+      if (slot_[static_cast<size_t>(j)] < 0) ++n_new;
+    if (gc_.empty()) gc_.assign(static_cast<size_t>(kGramCap * kGramCap), kNaN);
+    if (static_cast<i64>(cached_.size()) + n_new > kGramCap) {
+      for (i64 j : cached_) slot_[static_cast<size_t>(j)] = -1;
+      const size_t used = cached_.size();
+      for (size_t a = 0; a < used; ++a)
+        std::fill_n(gc_.begin() + static_cast<std::ptrdiff_t>(a * kGramCap), used, kNaN);
+      cached_.clear();
+      bc_.clear();
+    }
+    for (i64 j : ws_) {
+      if (slot_[static_cast<size_t>(j)] >= 0) continue;
+      slot_[static_cast<size_t>(j)] = static_cast<i64>(cached_.size());
+      cached_.push_back(j);
+      bc_.push_back(dot_xr(col(j), y_.data(), n_));
+    }
+    G.assign(static_cast<size_t>(k * k), 0.0);
+    b.resize(static_cast<size_t>(k));
+    const bool par = par_ && n_new * n_ * k >= (1 << 24);
+#pragma omp parallel for schedule(dynamic, 8) num_threads(nt_) if (par)
+    for (i64 a = 0; a < k; ++a) {
+      const i64 ja = ws_[static_cast<size_t>(a)];
+      const i64 sa = slot_[static_cast<size_t>(ja)];
+      for (i64 q = a; q < k; ++q) {
+        const i64 jq = ws_[static_cast<size_t>(q)];
+        const i64 sq = slot_[static_cast<size_t>(jq)];
+        double& cell = gc_[static_cast<size_t>(sa * kGramCap + sq)];
+        if (std::isnan(cell)) {
+          cell = col_dot(col(ja), col(jq), n_);
+          gc_[static_cast<size_t>(sq * kGramCap + sa)] = cell;
+        }
+        G[static_cast<size_t>(a * k + q)] = cell;
+        G[static_cast<size_t>(q * k + a)] = cell;
+      }
+    }
+    for (i64 a = 0; a < k; ++a)
+      b[static_cast<size_t>(a)] = bc_[static_cast<size_t>(slot_[static_cast<size_t>(ws_[static_cast<size_t>(a)])])];
+  }
+
+  // c = b - G w over the nonzeros of w.
+  static void grad(const std::vector<double>& G, const std::vector<double>& b,
+                   const std::vector<double>& w, i64 k, std::vector<double>& c) {
+    std::copy(b.begin(), b.end(), c.begin());
+    for (i64 q = 0; q < k; ++q) {
+      const double wq = w[static_cast<size_t>(q)];
+      if (wq == 0.0) continue;
+      const double* g = &G[static_cast<size_t>(q * k)];
+      for (i64 a = 0; a < k; ++a) c[static_cast<size_t>(a)] -= wq * g[a];
+    }
+  }
+
+  // Inner CD on the working set with its Gram matrix; returns the epochs used.
+  i64 inner_gram(double lam, double tol_in, i64 budget) {
+    const i64 k = static_cast<i64>(ws_.size());
+    const double n = static_cast<double>(n_);
+    const double nl = n * lam;
+    std::vector<double> G, b;
+    gram(G, b);
+    std::vector<double> w(static_cast<size_t>(k)), c(static_cast<size_t>(k)), inv(static_cast<size_t>(k)),
+        thr(static_cast<size_t>(k));
+    for (i64 a = 0; a < k; ++a) {
+      const i64 j = ws_[static_cast<size_t>(a)];
+      w[static_cast<size_t>(a)] = w_[static_cast<size_t>(j)];
+      inv[static_cast<size_t>(a)] = 1.0 / nrm2_[j];
+      thr[static_cast<size_t>(a)] = nl / nrm2_[j];
+    }
+    grad(G, b, w, k, c);
+    auto primal = [&](const std::vector<double>& wv, const std::vector<double>& cv) {
+      double wb = 0.0, wc = 0.0, l1 = 0.0;
+      for (i64 a = 0; a < k; ++a) {
+        const double wa = wv[static_cast<size_t>(a)];
+        if (wa == 0.0) continue;
+        wb += wa * b[static_cast<size_t>(a)];
+        wc += wa * cv[static_cast<size_t>(a)];
+        l1 += std::abs(wa);
+      }
+      const double rr = std::max(0.0, yy_ - wb - wc);
+      return std::pair<double, double>(rr / (2.0 * n) + lam * l1, wb);
+    };
+    const int K = opt_.anderson_k;
+    std::vector<double> hist, U, A, z, w_acc, c_acc;
+    if (K > 0) {
+      hist.resize(static_cast<size_t>((K + 1) * k));
+      U.resize(static_cast<size_t>(K * k));
+      A.resize(static_cast<size_t>(K * K));
+      z.resize(static_cast<size_t>(K));
+      w_acc.resize(static_cast<size_t>(k));
+      c_acc.resize(static_cast<size_t>(k));
+    }
+    int n_hist = 0;
+    i64 ep = 0;
+    while (ep < budget) {
+      for (i64 a = 0; a < k; ++a) {
+        const size_t aa = static_cast<size_t>(a);
+        const double old = w[aa];
+        const double nw = soft(old + c[aa] * inv[aa], thr[aa]);
+        if (nw != old) {
+          const double d = nw - old;
+          w[aa] = nw;
+          sub_scaled(c.data(), &G[static_cast<size_t>(a * k)], d, k);
+        }
+      }
+      ++ep;
+      if (K > 0) {
+        std::copy(w.begin(), w.end(), hist.begin() + static_cast<std::ptrdiff_t>(n_hist * k));
+        if (++n_hist == K + 1) {
+          n_hist = 0;
+          if (anderson_weights(hist, K, k, U, A, z)) {
+            std::fill(w_acc.begin(), w_acc.end(), 0.0);
+            for (int i = 0; i < K; ++i) {
+              const double zi = z[static_cast<size_t>(i)];
+              const double* h = &hist[static_cast<size_t>((i + 1) * k)];
+              for (i64 a = 0; a < k; ++a) w_acc[static_cast<size_t>(a)] += zi * h[a];
+            }
+            grad(G, b, w_acc, k, c_acc);
+            if (primal(w_acc, c_acc).first < primal(w, c).first) {
+              w.swap(w_acc);
+              c.swap(c_acc);
+            }
+          }
+        }
+      }
+      if (ep % kCheckEvery == 0 || ep == budget) {
+        double mx = 0.0;
+        for (i64 a = 0; a < k; ++a) mx = std::max(mx, std::abs(c[static_cast<size_t>(a)]));
+        const auto [p, wb] = primal(w, c);
+        double wc = 0.0;
+        for (i64 a = 0; a < k; ++a) wc += w[static_cast<size_t>(a)] * c[static_cast<size_t>(a)];
+        const double rr = std::max(0.0, yy_ - wb - wc);
+        const double ry = yy_ - wb;
+        const double g = p - dual_value(rr, ry, std::max(nl, mx), lam, n);
+        if (g <= tol_in) break;
+      }
+    }
+    for (i64 a = 0; a < k; ++a) w_[static_cast<size_t>(ws_[static_cast<size_t>(a)])] = w[static_cast<size_t>(a)];
+    return ep;
+  }
+
+  // Inner CD on a large working set without a Gram matrix (keeps r = y - X w); epochs used.
+  i64 inner_residual(double lam, double tol_in, i64 budget) {
+    const i64 k = static_cast<i64>(ws_.size());
+    const double n = static_cast<double>(n_);
+    const double nl = n * lam;
+    const int K = opt_.anderson_k;
+    std::vector<double> hist, U, A, z, w(static_cast<size_t>(k)), w_acc, r_acc;
+    for (i64 a = 0; a < k; ++a) w[static_cast<size_t>(a)] = w_[static_cast<size_t>(ws_[static_cast<size_t>(a)])];
+    if (K > 0) {
+      hist.resize(static_cast<size_t>((K + 1) * k));
+      U.resize(static_cast<size_t>(K * k));
+      A.resize(static_cast<size_t>(K * K));
+      z.resize(static_cast<size_t>(K));
+      w_acc.resize(static_cast<size_t>(k));
+      r_acc.resize(static_cast<size_t>(n_));
+    }
+    auto primal = [&](const std::vector<double>& wv, const std::vector<double>& rv) {
+      double l1 = 0.0;
+      for (double v : wv) l1 += std::abs(v);
+      return dot_dd(rv.data(), rv.data(), n_) / (2.0 * n) + lam * l1;
+    };
+    int n_hist = 0;
+    i64 ep = 0;
+    while (ep < budget) {
+      for (i64 a = 0; a < k; ++a) {
+        const size_t aa = static_cast<size_t>(a);
+        const i64 j = ws_[aa];
+        const double old = w[aa];
+        const double cj = dot_xr(col(j), r_.data(), n_);
+        const double nw = soft(old + cj / nrm2_[j], nl / nrm2_[j]);
+        if (nw != old) {
+          axpy(old - nw, col(j), r_.data(), n_);
+          w[aa] = nw;
+        }
+      }
+      ++ep;
+      if (K > 0) {
+        std::copy(w.begin(), w.end(), hist.begin() + static_cast<std::ptrdiff_t>(n_hist * k));
+        if (++n_hist == K + 1) {
+          n_hist = 0;
+          if (anderson_weights(hist, K, k, U, A, z)) {
+            std::fill(w_acc.begin(), w_acc.end(), 0.0);
+            for (int i = 0; i < K; ++i) {
+              const double zi = z[static_cast<size_t>(i)];
+              const double* h = &hist[static_cast<size_t>((i + 1) * k)];
+              for (i64 a = 0; a < k; ++a) w_acc[static_cast<size_t>(a)] += zi * h[a];
+            }
+            std::copy(y_.begin(), y_.end(), r_acc.begin());
+            for (i64 a = 0; a < k; ++a)
+              if (w_acc[static_cast<size_t>(a)] != 0.0)
+                axpy(-w_acc[static_cast<size_t>(a)], col(ws_[static_cast<size_t>(a)]), r_acc.data(), n_);
+            if (primal(w_acc, r_acc) < primal(w, r_)) {
+              w.swap(w_acc);
+              r_.swap(r_acc);
+            }
+          }
+        }
+      }
+      if (ep % kCheckEvery == 0 || ep == budget) {
+        double mx = 0.0;
+        for (i64 a = 0; a < k; ++a)
+          mx = std::max(mx, std::abs(dot_xr(col(ws_[static_cast<size_t>(a)]), r_.data(), n_)));
+        const double rr = dot_dd(r_.data(), r_.data(), n_);
+        const double ry = dot_dd(r_.data(), y_.data(), n_);
+        const double g = primal(w, r_) - dual_value(rr, ry, std::max(nl, mx), lam, n);
+        if (g <= tol_in) break;
+      }
+    }
+    for (i64 a = 0; a < k; ++a) w_[static_cast<size_t>(ws_[static_cast<size_t>(a)])] = w[static_cast<size_t>(a)];
+    return ep;
+  }
+
+  const T* X_;
+  i64 n_, m_;
+  const double* nrm2_;
+  Options opt_;
+  bool par_;
+  int nt_;
+  double yy_ = 0.0;
+  std::vector<double> w_, c_, r_, y_;
+  std::vector<char> screened_;
+  std::vector<i64> support_, ws_;
+  // Gram cache: slot_[j] indexes gc_ (kGramCap x kGramCap, NaN = not yet computed), bc_ = x_j^T y.
+  std::vector<i64> slot_, cached_;
+  std::vector<double> gc_, bc_;
+};
+
+}  // namespace
+
+template <typename T>
+void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i64 L,
+          const double* col_norm2, const double* w0, const Options& opt, PathResult& out) {
+  const size_t LB = static_cast<size_t>(L * B);
+  out.gaps.assign(LB, 0.0);
+  out.epochs.assign(LB, 0);
+  std::vector<std::vector<i64>> idx(LB);
+  std::vector<std::vector<double>> val(LB);
+  const int nt = opt.n_threads > 0 ? opt.n_threads : rml::max_threads();
+  const bool par_inner = B == 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (B > 1)
+  for (i64 b = 0; b < B; ++b) {
+    Problem<T> prob(X, n, m, col_norm2, Y + b * n, opt, par_inner, nt);
+    if (w0 != nullptr) prob.set_warm(w0 + b * m);
+    for (i64 l = 0; l < L; ++l) {
+      const size_t row = static_cast<size_t>(l * B + b);
+      prob.solve(lambdas[l], out.gaps[row], out.epochs[row]);
+      const auto& w = prob.coef();
+      for (i64 j = 0; j < m; ++j) {
+        if (w[static_cast<size_t>(j)] != 0.0) {
+          idx[row].push_back(j);
+          val[row].push_back(w[static_cast<size_t>(j)]);
+        }
+      }
+    }
+  }
+  out.indptr.assign(LB + 1, 0);
+  for (size_t row = 0; row < LB; ++row)
+    out.indptr[row + 1] = out.indptr[row] + static_cast<i64>(idx[row].size());
+  out.indices.clear();
+  out.values.clear();
+  out.indices.reserve(static_cast<size_t>(out.indptr[LB]));
+  out.values.reserve(static_cast<size_t>(out.indptr[LB]));
+  for (size_t row = 0; row < LB; ++row) {
+    out.indices.insert(out.indices.end(), idx[row].begin(), idx[row].end());
+    out.values.insert(out.values.end(), val[row].begin(), val[row].end());
+  }
+}
+
+template void path<float>(const float*, i64, i64, const float*, i64, const double*, i64,
+                          const double*, const double*, const Options&, PathResult&);
+template void path<double>(const double*, i64, i64, const double*, i64, const double*, i64,
+                           const double*, const double*, const Options&, PathResult&);
+
+}  // namespace rml::lasso

@@ -1,0 +1,40 @@
+// Lasso path solver for wide dense designs (celer/skglm style), no intercept:
+//   P(w) = 1/(2n) ||y - X w||^2 + lam ||w||_1,   X of shape (n, m), column-major.
+// Dual: D(theta) = 1/(2n)||y||^2 - (n lam^2 / 2) ||theta - y/(n lam)||^2 on ||X^T theta||_inf <= 1.
+// Per lambda (warm started): outer iterations compute correlations X^T r, a feasible dual point,
+// the duality gap, gap-safe sphere screening and a working set; an inner coordinate descent on
+// the working set (cached Gram matrix, Anderson extrapolation) solves the subproblem.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rml::lasso {
+
+struct Options {
+  double tol = 1e-6;              // stop when gap <= tol * ||y||^2 / (2n)
+  std::int64_t max_epochs = 10000;  // inner CD epochs per (lambda, rhs)
+  std::int64_t ws_start = 10;     // first working-set size
+  int anderson_k = 5;             // 0 disables Anderson extrapolation
+  bool screening = true;          // gap-safe sphere screening
+  bool working_set = true;        // false: inner solver on all unscreened features
+  int n_threads = 0;              // 0: OpenMP default
+};
+
+// Coefficients in CSR over rows (l * B + b); gaps and epochs of shape (L, B).
+struct PathResult {
+  std::vector<std::int64_t> indptr;
+  std::vector<std::int64_t> indices;
+  std::vector<double> values;
+  std::vector<double> gaps;
+  std::vector<std::int64_t> epochs;
+};
+
+// X: (n, m) column-major; Y: (n, B) column-major; lambdas: (L,) non-increasing, >= 0;
+// col_norm2: (m,) squared column norms; w0: nullptr or (B, m) row-major warm start.
+template <typename T>
+void path(const T* X, std::int64_t n, std::int64_t m, const T* Y, std::int64_t B,
+          const double* lambdas, std::int64_t L, const double* col_norm2, const double* w0,
+          const Options& opt, PathResult& out);
+
+}  // namespace rml::lasso

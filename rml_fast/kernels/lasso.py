@@ -1,0 +1,526 @@
+"""Lasso paths for wide dense designs (SAE decoders): screening, working sets, extrapolation.
+
+Solves, for every penalty ``lam`` of a non-increasing path and every right-hand side ``y_b``
+(column ``b`` of ``Y``), the Lasso without intercept in scikit-learn's scaling
+
+.. math::
+
+    \\hat w(\\lambda) = \\arg\\min_w \\frac{1}{2n} \\lVert y - X w \\rVert_2^2
+                      + \\lambda \\lVert w \\rVert_1, \\qquad X \\in \\mathbb{R}^{n \\times m},
+
+(``n = d`` rows, ``m`` features, ``m >> n`` is the intended regime) with the dual
+
+.. math::
+
+    D(\\theta) = \\frac{1}{2n}\\lVert y\\rVert^2 - \\frac{n\\lambda^2}{2}
+                 \\lVert \\theta - y/(n\\lambda) \\rVert^2, \\quad \\lVert X^\\top\\theta\\rVert_\\infty \\le 1,
+
+and stops when the duality gap ``P(w) - D(theta) <= tol * ||y||^2 / (2n)``.
+
+Backends: ``"native"`` (C++, OpenMP over right-hand sides, GIL released; celer/skglm-style
+gap-safe sphere screening, working sets grown from the dual constraint violations, inner
+coordinate descent on a cached Gram matrix with Anderson extrapolation), ``"triton"``
+(batched FISTA with restarts and gap-safe screening, for CUDA tensors; see
+:mod:`rml_fast.kernels.triton.lasso`), ``"reference"`` (plain NumPy cyclic coordinate
+descent with the same stopping rule and screening, for tests).
+
+References
+----------
+Fercoq, Gramfort, Salmon, "Mind the duality gap: safer rules for the Lasso", ICML 2015
+(arXiv:1505.03410). Massias, Gramfort, Salmon, "Celer: a fast solver for the Lasso with dual
+extrapolation", ICML 2018 (arXiv:1802.07481). Bertrand et al., "Beyond L1: faster and better
+sparse models with skglm", NeurIPS 2022 (arXiv:2204.07826).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rml_fast._validation import Interval, check_array, check_scalar
+from rml_fast.kernels._dispatch import Device, Kernel, device_of, resolve_device
+
+__all__ = [
+    "LassoPath",
+    "LassoResult",
+    "lambda_grid",
+    "lambda_max",
+    "lasso",
+    "lasso_path",
+    "lasso_path_reference",
+    "ridge_refit",
+]
+
+_path = Kernel("lasso.path")
+
+
+class LassoPath(NamedTuple):
+    """Result of :func:`lasso_path`.
+
+    Attributes
+    ----------
+    coefs : ndarray of shape (L, B, m) or (L, m), or list of L scipy CSR matrices (B, m)
+        Coefficients (dtype of ``D``); 2-D when ``Y`` was 1-D; CSR when ``sparse=True``.
+    gaps : ndarray of shape (L, B) or (L,), float64
+        Duality gaps at exit (absolute, in the units of the objective), ``>= 0``.
+    n_epochs : ndarray of shape (L, B) or (L,), int64
+        Inner coordinate-descent epochs (FISTA iterations on the Triton backend).
+    lambdas : ndarray of shape (L,), float64
+        The penalties.
+    """
+
+    coefs: Any
+    gaps: Any
+    n_epochs: Any
+    lambdas: np.ndarray
+
+
+class LassoResult(NamedTuple):
+    """Result of :func:`lasso`: ``coef`` of shape (m,) or (B, m), ``gap`` and ``n_epochs``."""
+
+    coef: Any
+    gap: Any
+    n_epochs: Any
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def _check_design(D: Any, Y: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+    D = check_array(D, "D", ndim=2)
+    Y = check_array(Y, "Y", ndim=(1, 2))
+    one_d = Y.ndim == 1
+    if one_d:
+        Y = Y[:, None]
+    if Y.shape[0] != D.shape[0]:
+        raise ValueError(
+            f"Y must have D.shape[0]={D.shape[0]} rows (one per row of D), got shape {Y.shape}"
+        )
+    if D.shape[0] == 0 or D.shape[1] == 0 or Y.shape[1] == 0:
+        raise ValueError(f"D and Y must be non-empty, got D {D.shape} and Y {Y.shape}")
+    if Y.dtype != D.dtype:
+        raise TypeError(
+            f"Y must have the dtype of D ({D.dtype}), got {Y.dtype}; cast one of them explicitly"
+        )
+    return D, Y, one_d
+
+
+def _check_lambdas(lambdas: Any) -> np.ndarray:
+    lam = check_array(lambdas, "lambdas", dtypes=(np.float64,), ndim=(0, 1))
+    lam = np.atleast_1d(lam).astype(np.float64)
+    if lam.size == 0:
+        raise ValueError("lambdas must hold at least one value")
+    if (lam <= 0).any():
+        raise ValueError(f"lambdas must be strictly positive, got min {lam.min()!r}")
+    if (np.diff(lam) > 0).any():
+        raise ValueError("lambdas must be non-increasing (a path runs from large to small)")
+    return np.ascontiguousarray(lam)
+
+
+def _check_options(tol: Any, max_epochs: Any, ws_start: Any, anderson_k: Any, screening: Any) -> dict:
+    out = {
+        "tol": check_scalar(tol, "tol", Interval("real", 0, None, "left")),
+        "max_epochs": check_scalar(max_epochs, "max_epochs", Interval("int", 0, None)),
+        "ws_start": check_scalar(ws_start, "ws_start", Interval("int", 1, None)),
+        "anderson_k": check_scalar(anderson_k, "anderson_k", Interval("int", 0, 64)),
+    }
+    if screening not in ("gap_safe", None, False):
+        raise ValueError(f"screening must be 'gap_safe' or None, got {screening!r}")
+    out["screening"] = screening == "gap_safe"
+    return out
+
+
+def _col_norm2(D: np.ndarray, col_norm2: Any) -> np.ndarray:
+    if col_norm2 is None:
+        return np.einsum("ij,ij->j", D, D, dtype=np.float64)
+    c = check_array(col_norm2, "col_norm2", dtypes=(np.float64,), ndim=1).astype(np.float64)
+    if c.shape != (D.shape[1],):
+        raise ValueError(f"col_norm2 must have shape ({D.shape[1]},), got {c.shape}")
+    if (c < 0).any():
+        raise ValueError("col_norm2 must be non-negative")
+    return np.ascontiguousarray(c)
+
+
+def _check_warm(warm_start: Any, B: int, m: int, one_d: bool) -> np.ndarray | None:
+    if warm_start is None:
+        return None
+    w = check_array(warm_start, "warm_start", ndim=(1, 2)).astype(np.float64)
+    if w.ndim == 1:
+        w = np.broadcast_to(w, (B, w.shape[0]))
+    if w.shape != (B, m):
+        expect = f"({m},)" if one_d else f"({m},) or ({B}, {m})"
+        raise ValueError(f"warm_start must have shape {expect}, got {np.shape(warm_start)}")
+    return np.ascontiguousarray(w, dtype=np.float64)
+
+
+# --- public API ---------------------------------------------------------------------------
+
+
+def lambda_max(D: Any, Y: Any) -> np.ndarray | float:
+    """Smallest penalty with an all-zero solution: ``||D^T y||_inf / n`` per right-hand side.
+
+    Parameters
+    ----------
+    D : array-like of shape (n, m), float32 or float64
+    Y : array-like of shape (n,) or (n, B), dtype of ``D``
+
+    Returns
+    -------
+    lam_max : float or ndarray of shape (B,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.kernels.lasso import lambda_max
+    >>> lambda_max(np.eye(2), np.array([2.0, -4.0]))
+    2.0
+    """
+    D, Y, one_d = _check_design(D, Y)
+    lm = np.abs(D.T.astype(np.float64) @ Y.astype(np.float64)).max(axis=0) / D.shape[0]
+    return float(lm[0]) if one_d else lm
+
+
+def lambda_grid(D: Any, Y: Any, n_lambdas: int = 50, eps: float = 1e-3) -> np.ndarray:
+    """Geometric grid of ``n_lambdas`` penalties from ``max_b lambda_max`` down to ``eps`` times it.
+
+    Returns
+    -------
+    lambdas : ndarray of shape (n_lambdas,), float64, decreasing
+    """
+    n_lambdas = check_scalar(n_lambdas, "n_lambdas", Interval("int", 1, None))
+    eps = check_scalar(eps, "eps", Interval("real", 0, 1, "neither"))
+    top = float(np.max(lambda_max(D, Y)))
+    if top == 0.0:
+        raise ValueError("Y is orthogonal to every column of D: lambda_max is 0")
+    return np.geomspace(top, top * eps, int(n_lambdas))
+
+
+def lasso_path(
+    D: Any,
+    Y: Any,
+    lambdas: Any,
+    *,
+    col_norm2: Any = None,
+    tol: float = 1e-6,
+    max_epochs: int = 10_000,
+    ws_start: int = 10,
+    screening: str | None = "gap_safe",
+    anderson_k: int = 5,
+    working_set: bool = True,
+    warm_start: Any = None,
+    sparse: bool = False,
+    n_threads: int | None = None,
+    backend: str = "auto",
+) -> LassoPath:
+    """Lasso solutions along a penalty path, warm started, for one or many right-hand sides.
+
+    Minimises ``1/(2n) ||y_b - D w||^2 + lam ||w||_1`` (scikit-learn's ``Lasso`` objective
+    with ``fit_intercept=False``, ``n = D.shape[0]``) for every ``lam`` in ``lambdas`` and
+    every column ``y_b`` of ``Y``, each warm started from the previous penalty.
+
+    Parameters
+    ----------
+    D : array-like of shape (n, m), float32 or float64
+        Design (the SAE decoder, one atom per column). Fortran order avoids a copy on the
+        native backend. A CUDA torch tensor selects the Triton backend.
+    Y : array-like of shape (n,) or (n, B), dtype of ``D``
+        Targets.
+    lambdas : float or array-like of shape (L,)
+        Strictly positive, non-increasing penalties.
+    col_norm2 : array-like of shape (m,), optional
+        Squared column norms of ``D`` if known (computed otherwise).
+    tol : float, default=1e-6
+        Stop when the duality gap is at most ``tol * ||y_b||^2 / (2n)``.
+    max_epochs : int, default=10_000
+        Inner epochs allowed per (penalty, right-hand side).
+    ws_start : int, default=10
+        Size of the first working set (doubles while the gap is not reached).
+    screening : {"gap_safe", None}, default="gap_safe"
+        Gap-safe sphere screening (features certified zero are dropped).
+    anderson_k : int, default=5
+        Anderson extrapolation memory of the inner solver (0 disables).
+    working_set : bool, default=True
+        Solve on working sets (False: on all unscreened features).
+    warm_start : array-like of shape (m,) or (B, m), optional
+        Initial coefficients for the first penalty.
+    sparse : bool, default=False
+        Return ``coefs`` as a list of L scipy CSR matrices of shape (B, m).
+    n_threads : int, optional
+        OpenMP threads of the native backend (default: OpenMP's choice).
+    backend : {"auto", "native", "triton", "reference"}, default="auto"
+
+    Returns
+    -------
+    result : LassoPath
+        ``(coefs, gaps, n_epochs, lambdas)``; see :class:`LassoPath` for shapes.
+
+    Raises
+    ------
+    ValueError
+        On shape mismatch, NaN/inf, non-positive or increasing ``lambdas``, bad options.
+    TypeError
+        If ``D`` is not float32/float64 or ``Y`` has another dtype than ``D``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.kernels.lasso import lasso_path
+    >>> D = np.linalg.qr(np.random.default_rng(0).standard_normal((4, 4)))[0]
+    >>> y = D @ np.array([3.0, 0.0, -2.0, 0.0])
+    >>> res = lasso_path(D, y, [1.0, 0.25])
+    >>> np.round(res.coefs[-1], 6)  # soft_threshold(D^T y, n * lam)
+    array([ 2.,  0., -1.,  0.])
+    """
+    dev = device_of(D)
+    if dev.is_torch and (dev.kind == "cuda" or backend == "triton"):
+        return _path(D, Y, lambdas, tol=tol, max_epochs=max_epochs, screening=screening,
+                     device=dev, backend=backend)
+    if dev.is_torch:
+        D = D.detach().cpu().numpy()
+        Y = Y.detach().cpu().numpy() if hasattr(Y, "detach") else Y
+    D, Y2, one_d = _check_design(D, Y)
+    lam = _check_lambdas(lambdas)
+    opts = _check_options(tol, max_epochs, ws_start, anderson_k, screening)
+    nrm2 = _col_norm2(D, col_norm2)
+    w0 = _check_warm(warm_start, Y2.shape[1], D.shape[1], one_d)
+    if n_threads is not None:
+        n_threads = check_scalar(n_threads, "n_threads", Interval("int", 1, None))
+    if not isinstance(working_set, (bool, np.bool_)):
+        raise TypeError(f"working_set must be a bool, got {type(working_set).__name__}")
+    indices, values, indptr, gaps, epochs = _path(
+        D, Y2, lam, nrm2, w0, opts, bool(working_set), int(n_threads or 0),
+        device=resolve_device(None), backend=backend,
+    )
+    return _assemble(indices, values, indptr, gaps, epochs, lam, D.shape[1], Y2.shape[1], D.dtype,
+                     one_d, sparse)
+
+
+def lasso(D: Any, y: Any, lam: float, **kwargs: Any) -> LassoResult:
+    """Single-penalty Lasso ``argmin_w 1/(2n)||y - D w||^2 + lam ||w||_1``.
+
+    Parameters
+    ----------
+    D : array-like of shape (n, m), float32 or float64
+    y : array-like of shape (n,) or (n, B), dtype of ``D``
+    lam : float
+        Penalty, ``> 0``.
+    **kwargs
+        Options of :func:`lasso_path` (``tol``, ``warm_start``, ``backend`` ...).
+
+    Returns
+    -------
+    result : LassoResult
+        ``coef`` of shape (m,) (or (B, m)), ``gap`` and ``n_epochs`` (float / arrays (B,)).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.kernels.lasso import lasso
+    >>> lasso(np.eye(3), np.array([3.0, -1.0, 0.5]), 1 / 3).coef  # soft_threshold(y, 1)
+    array([2., 0., 0.])
+    """
+    lam = check_scalar(lam, "lam", Interval("real", 0, None, "neither"))
+    res = lasso_path(D, y, [lam], **kwargs)
+    coef = res.coefs[0]
+    gap, ep = res.gaps[0], res.n_epochs[0]
+    if np.ndim(gap) == 0:
+        gap, ep = float(gap), int(ep)
+    return LassoResult(coef, gap, ep)
+
+
+def ridge_refit(D: Any, y: Any, support: Any, mu: float) -> np.ndarray:
+    """Ridge refit restricted to a support (the "relaxed" debiasing step of SRLS).
+
+    ``w_S = argmin 1/(2n)||y - D_S w_S||^2 + (mu/2)||w_S||^2 = (D_S^T D_S + n mu I)^{-1} D_S^T y``,
+    ``w_j = 0`` off ``S`` (Cholesky solve; ``mu = 0`` gives least squares on ``S``). Equals
+    ``sklearn.linear_model.Ridge(alpha=n * mu, fit_intercept=False).fit(D[:, S], y)``.
+
+    Parameters
+    ----------
+    D : array-like of shape (n, m), float32 or float64
+    y : array-like of shape (n,) or (n, B), dtype of ``D``
+    support : array-like of int of shape (k,)
+        Distinct feature indices in ``[0, m)``.
+    mu : float
+        Ridge strength, ``>= 0``.
+
+    Returns
+    -------
+    coef : ndarray of shape (m,) or (B, m), dtype of ``D``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.kernels.lasso import ridge_refit
+    >>> ridge_refit(np.eye(3), np.array([2.0, 1.0, 4.0]), [0, 2], mu=1 / 3)
+    array([1., 0., 2.])
+    """
+    D, Y, one_d = _check_design(D, y)
+    mu = check_scalar(mu, "mu", Interval("real", 0, None))
+    S = check_array(support, "support", dtypes=(np.int64,), ndim=1)
+    m = D.shape[1]
+    if S.size and (S.min() < 0 or S.max() >= m):
+        raise ValueError(f"support must hold indices in [0, {m}), got range [{S.min()}, {S.max()}]")
+    if np.unique(S).size != S.size:
+        raise ValueError("support must not repeat an index")
+    n = D.shape[0]
+    out = np.zeros((Y.shape[1], m), dtype=D.dtype)
+    if S.size:
+        DS = D[:, S].astype(np.float64)
+        A = DS.T @ DS + n * mu * np.eye(S.size)
+        rhs = DS.T @ Y.astype(np.float64)
+        try:
+            import scipy.linalg
+
+            sol = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), rhs)
+        except np.linalg.LinAlgError:
+            sol = np.linalg.lstsq(A, rhs, rcond=None)[0]
+        out[:, S] = sol.T
+    return out[0] if one_d else out
+
+
+# --- result assembly ------------------------------------------------------------------------
+
+
+def _assemble(indices, values, indptr, gaps, epochs, lam, m, B, dtype, one_d, sparse) -> LassoPath:
+    L = lam.shape[0]
+    if sparse:
+        import scipy.sparse
+
+        coefs: Any = []
+        for ell in range(L):
+            lo, hi = indptr[ell * B], indptr[(ell + 1) * B]
+            coefs.append(
+                scipy.sparse.csr_matrix(
+                    (values[lo:hi].astype(dtype), indices[lo:hi], indptr[ell * B : (ell + 1) * B + 1] - lo),
+                    shape=(B, m),
+                )
+            )
+    else:
+        coefs = np.zeros((L * B, m), dtype=dtype)
+        rows = np.repeat(np.arange(L * B), np.diff(indptr))
+        coefs[rows, indices] = values
+        coefs = coefs.reshape(L, B, m)
+        if one_d:
+            coefs = coefs[:, 0, :]
+    if one_d:
+        gaps, epochs = gaps[:, 0], epochs[:, 0]
+    return LassoPath(coefs, gaps, epochs, lam)
+
+
+# --- backends ---------------------------------------------------------------------------------
+
+
+@_path.register("native")
+def _path_native(D, Y, lam, nrm2, w0, opts, working_set, n_threads, *, device: Device):
+    from rml_fast._native import _C
+
+    return _C.lasso.path(
+        np.asfortranarray(D), np.asfortranarray(Y), lam, nrm2, w0,
+        tol=opts["tol"], max_epochs=opts["max_epochs"], ws_start=opts["ws_start"],
+        anderson_k=opts["anderson_k"], screening=opts["screening"], working_set=working_set,
+        n_threads=n_threads,
+    )
+
+
+@_path.register("reference")
+def _path_ref(D, Y, lam, nrm2, w0, opts, working_set, n_threads, *, device: Device):
+    coefs, gaps, epochs = _reference_dense(
+        D, Y, lam, nrm2, w0, opts["tol"], opts["max_epochs"], opts["screening"]
+    )
+    L, B, m = coefs.shape
+    flat = coefs.reshape(L * B, m)
+    rows, cols = np.nonzero(flat)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=L * B))])
+    return cols.astype(np.int64), flat[rows, cols], indptr.astype(np.int64), gaps, epochs
+
+
+def lasso_path_reference(
+    D: Any,
+    Y: Any,
+    lambdas: Any,
+    *,
+    col_norm2: Any = None,
+    tol: float = 1e-6,
+    max_epochs: int = 10_000,
+    screening: str | None = "gap_safe",
+    warm_start: Any = None,
+    sparse: bool = False,
+) -> LassoPath:
+    """Pure NumPy twin of :func:`lasso_path` (cyclic coordinate descent, same stopping rule).
+
+    Every epoch visits all unscreened features with residual updates; every 10 epochs the
+    duality gap is computed from the rescaled residual and, if ``screening="gap_safe"``,
+    features passing the gap-safe sphere test are removed. Float64 arithmetic throughout;
+    coefficients are returned in the dtype of ``D``. Meant for tests (Python loops).
+
+    Returns
+    -------
+    result : LassoPath
+        As :func:`lasso_path`.
+    """
+    D, Y2, one_d = _check_design(D, Y)
+    lam = _check_lambdas(lambdas)
+    opts = _check_options(tol, max_epochs, 10, 0, screening)
+    nrm2 = _col_norm2(D, col_norm2)
+    w0 = _check_warm(warm_start, Y2.shape[1], D.shape[1], one_d)
+    out = _path_ref(D, Y2, lam, nrm2, w0, opts, True, 0, device=resolve_device(None))
+    return _assemble(*out, lam, D.shape[1], Y2.shape[1], D.dtype, one_d, sparse)
+
+
+def _gap(X, y, w, r, lam, n, active):
+    c = X[:, active].T @ r
+    s = max(n * lam, float(np.abs(c).max()) if c.size else 0.0)
+    primal = r @ r / (2 * n) + lam * np.abs(w).sum()
+    dual = lam * (r @ y) / s - n * lam**2 * (r @ r) / (2 * s * s)
+    return max(0.0, primal - dual), c, s
+
+
+def _reference_dense(D, Y, lam, nrm2, w0, tol, max_epochs, screening):
+    X = D.astype(np.float64)
+    n, m = X.shape
+    B, L = Y.shape[1], lam.shape[0]
+    coefs = np.zeros((L, B, m))
+    gaps = np.zeros((L, B))
+    epochs = np.zeros((L, B), dtype=np.int64)
+    for b in range(B):
+        y = Y[:, b].astype(np.float64)
+        w = np.zeros(m) if w0 is None else w0[b].copy()
+        w[nrm2 == 0] = 0.0
+        tol_abs = tol * (y @ y) / (2 * n)
+        for ell, lmb in enumerate(lam):
+            active = np.flatnonzero(nrm2 > 0)
+            r = y - X @ w
+            ep = 0
+            while True:
+                gap, c, s = _gap(X, y, w, r, lmb, n, active)
+                if gap <= tol_abs or ep >= max_epochs:
+                    break
+                if screening:
+                    rho = np.sqrt(2 * gap / (n * lmb**2))
+                    keep = np.abs(c) / s + np.sqrt(nrm2[active]) * rho >= 1.0
+                    dropped = active[~keep]
+                    r += X[:, dropped] @ w[dropped]
+                    w[dropped] = 0.0
+                    active = active[keep]
+                for _ in range(min(10, max_epochs - ep)):
+                    for j in active:
+                        old = w[j]
+                        z = old + (X[:, j] @ r) / nrm2[j]
+                        t = n * lmb / nrm2[j]
+                        new = np.sign(z) * max(abs(z) - t, 0.0)
+                        if new != old:
+                            r -= (new - old) * X[:, j]
+                            w[j] = new
+                    ep += 1
+            coefs[ell, b], gaps[ell, b], epochs[ell, b] = w, gap, ep
+    return coefs, gaps, epochs
+
+
+@_path.register("triton")
+def _path_triton(D, Y, lambdas, *, tol, max_epochs, screening, device: Device) -> LassoPath:
+    from rml_fast.kernels.triton import lasso as triton_lasso
+
+    return triton_lasso.fista_path(D, Y, lambdas, tol=tol, max_iter=max_epochs,
+                                   screening=screening == "gap_safe")

@@ -1,0 +1,245 @@
+"""Batched Lasso paths on the GPU: FISTA with adaptive restarts and gap-safe screening.
+
+B problems ``min_w 1/(2n)||y_b - D w||^2 + lam ||w||_1`` share the design ``D`` (n, m), so
+every iteration is one GEMM ``D Z`` (cuBLAS through torch) and one fused Triton GEMM
+``C = D^T R / n`` with per-column ``max |C|`` (the dual scaling), followed by a fused
+soft-threshold + momentum update. Every ``check_every`` iterations the duality gap of each
+problem is computed (the same dual point as the CPU solver), converged problems are frozen,
+and gap-safe sphere screening zeroes certified-zero coefficients; once fewer than half of the
+columns survive for every problem, ``D`` is compacted to the surviving columns.
+
+Kernels (pointers, sizes, strides, then ``tl.constexpr`` meta-parameters):
+
+- ``_dtr_gemm_absmax_kernel``: ``C[j, b] = scale * sum_i D[i, j] R[i, b]`` and the partial
+  column maxima ``P[pid_m, b] = max_j |C[j, b]|`` over the block (fp32 or fp64 accumulation,
+  IEEE fp32 products, no TF32).
+- ``_soft_threshold_update_kernel``: ``W' = S(Z + step C, step lam) * keep``,
+  ``Z' = W' + beta_b (W' - W)``; frozen problems keep ``W' = Z' = W``.
+
+References
+----------
+Beck & Teboulle, "A fast iterative shrinkage-thresholding algorithm", SIAM J. Imaging Sci.
+2009. O'Donoghue & Candès, "Adaptive restart for accelerated gradient schemes", FoCM 2015
+(arXiv:1204.3982). Fercoq, Gramfort, Salmon, ICML 2015 (arXiv:1505.03410).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+_BLOCK_M = 32
+_BLOCK_B = 16
+_BLOCK_K = 32
+
+
+@triton.jit
+def _dtr_gemm_absmax_kernel(
+    D_ptr, R_ptr, C_ptr, P_ptr, n, m, B,
+    stride_dn, stride_dm, stride_rn, stride_rb, stride_cm, stride_cb, stride_pm,
+    scale,
+    BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    acc = tl.zeros((BLOCK_M, BLOCK_B), dtype=C_ptr.dtype.element_ty)
+    for k0 in range(0, n, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        d = tl.load(
+            D_ptr + offs_k[:, None] * stride_dn + offs_m[None, :] * stride_dm,
+            mask=(offs_k[:, None] < n) & (offs_m[None, :] < m), other=0.0,
+        )
+        r = tl.load(
+            R_ptr + offs_k[:, None] * stride_rn + offs_b[None, :] * stride_rb,
+            mask=(offs_k[:, None] < n) & (offs_b[None, :] < B), other=0.0,
+        )
+        acc += tl.dot(tl.trans(d), r, input_precision="ieee")
+    acc = acc * scale
+    inside = (offs_m[:, None] < m) & (offs_b[None, :] < B)
+    tl.store(C_ptr + offs_m[:, None] * stride_cm + offs_b[None, :] * stride_cb, acc, mask=inside)
+    colmax = tl.max(tl.where(inside, tl.abs(acc), 0.0), axis=0)
+    tl.store(P_ptr + pid_m * stride_pm + offs_b, colmax, mask=offs_b < B)
+
+
+@triton.jit
+def _soft_threshold_update_kernel(
+    Z_ptr, C_ptr, W_ptr, Wn_ptr, Zn_ptr, keep_ptr, lam_ptr, beta_ptr, active_ptr, m, B, step,
+    BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
+):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    inside = (offs_m[:, None] < m) & (offs_b[None, :] < B)
+    idx = offs_m[:, None] * B + offs_b[None, :]
+    z = tl.load(Z_ptr + idx, mask=inside, other=0.0)
+    c = tl.load(C_ptr + idx, mask=inside, other=0.0)
+    w = tl.load(W_ptr + idx, mask=inside, other=0.0)
+    keep = tl.load(keep_ptr + idx, mask=inside, other=0)
+    lam = tl.load(lam_ptr + offs_b, mask=offs_b < B, other=0.0)
+    beta = tl.load(beta_ptr + offs_b, mask=offs_b < B, other=0.0)
+    active = tl.load(active_ptr + offs_b, mask=offs_b < B, other=0)
+    u = z + step * c
+    thr = step * lam[None, :]
+    shrunk = tl.where(u > thr, u - thr, tl.where(u < -thr, u + thr, 0.0))
+    wn = tl.where(keep != 0, shrunk, 0.0)
+    zn = wn + beta[None, :] * (wn - w)
+    on = active[None, :] != 0
+    tl.store(Wn_ptr + idx, tl.where(on, wn, w), mask=inside)
+    tl.store(Zn_ptr + idx, tl.where(on, zn, w), mask=inside)
+
+
+def dtr_gemm_absmax(D: torch.Tensor, R: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``C = scale * D^T R`` of shape (m, B) and ``max_j |C[j, b]|`` of shape (B,)."""
+    n, m = D.shape
+    B = R.shape[1]
+    C = torch.empty((m, B), dtype=D.dtype, device=D.device)
+    n_mb = triton.cdiv(m, _BLOCK_M)
+    P = torch.empty((n_mb, B), dtype=D.dtype, device=D.device)
+    grid = (n_mb, triton.cdiv(B, _BLOCK_B))
+    _dtr_gemm_absmax_kernel[grid](
+        D, R, C, P, n, m, B, D.stride(0), D.stride(1), R.stride(0), R.stride(1), C.stride(0),
+        C.stride(1), P.stride(0), scale, BLOCK_M=_BLOCK_M, BLOCK_B=_BLOCK_B, BLOCK_K=_BLOCK_K,
+    )
+    return C, P.amax(dim=0)
+
+
+def soft_threshold_update(Z, C, W, keep, lam, beta, active, step):
+    """Fused proximal-gradient + momentum step; returns ``(W_new, Z_next)`` of shape (m, B)."""
+    m, B = Z.shape
+    Wn = torch.empty_like(Z)
+    Zn = torch.empty_like(Z)
+    grid = (triton.cdiv(m, _BLOCK_M), triton.cdiv(B, _BLOCK_B))
+    _soft_threshold_update_kernel[grid](
+        Z, C, W, Wn, Zn, keep, lam, beta, active, m, B, step, BLOCK_M=_BLOCK_M, BLOCK_B=_BLOCK_B,
+    )
+    return Wn, Zn
+
+
+def _gap(D, Y, W, lam, n, ynorm2):
+    R = Y - D @ W
+    C, amax = dtr_gemm_absmax(D, R, 1.0)
+    nl = n * lam
+    s = torch.clamp(amax, min=nl)
+    rr = (R * R).sum(0)
+    ry = (R * Y).sum(0)
+    primal = rr / (2 * n) + lam * W.abs().sum(0)
+    dual = lam * ry / s - n * lam * lam * rr / (2 * s * s)
+    return torch.clamp(primal - dual, min=0.0), C, s
+
+
+def fista_path(
+    D: torch.Tensor,
+    Y: torch.Tensor,
+    lambdas: Any,
+    *,
+    tol: float = 1e-6,
+    max_iter: int = 10_000,
+    screening: bool = True,
+    check_every: int = 10,
+) -> Any:
+    """Lasso path for a batch of right-hand sides by FISTA (see the module docstring).
+
+    Parameters
+    ----------
+    D : torch.Tensor of shape (n, m), float32 or float64, CUDA (or CPU under TRITON_INTERPRET=1)
+    Y : torch.Tensor of shape (n,) or (n, B), dtype and device of ``D``
+    lambdas : array-like of shape (L,)
+        Strictly positive, non-increasing.
+    tol : float
+        Stop a problem when its gap is at most ``tol * ||y_b||^2 / (2n)``.
+    max_iter : int
+        FISTA iterations per penalty.
+    screening : bool
+        Gap-safe sphere screening.
+
+    Returns
+    -------
+    result : rml_fast.kernels.lasso.LassoPath
+        ``coefs`` torch (L, B, m) (or (L, m)), ``gaps`` and ``n_epochs`` (iterations) NumPy.
+    """
+    from rml_fast.kernels.lasso import LassoPath
+
+    if not isinstance(D, torch.Tensor) or not isinstance(Y, torch.Tensor):
+        raise TypeError("D and Y must be torch tensors on the triton backend")
+    if D.dtype not in (torch.float32, torch.float64) or Y.dtype != D.dtype:
+        raise TypeError(f"D must be float32/float64 and Y of the same dtype, got {D.dtype}, {Y.dtype}")
+    if D.ndim != 2 or Y.ndim not in (1, 2) or Y.shape[0] != D.shape[0] or Y.device != D.device:
+        raise ValueError(f"D (n, m) and Y (n,) or (n, B) on one device expected, got {tuple(D.shape)}, {tuple(Y.shape)}")
+    if not (torch.isfinite(D).all() and torch.isfinite(Y).all()):
+        raise ValueError("D and Y must be finite")
+    lam_np = np.atleast_1d(np.asarray(lambdas, dtype=np.float64))
+    if lam_np.ndim != 1 or lam_np.size == 0 or (lam_np <= 0).any() or not np.isfinite(lam_np).all():
+        raise ValueError("lambdas must be a non-empty 1-D array of strictly positive values")
+    if (np.diff(lam_np) > 0).any():
+        raise ValueError("lambdas must be non-increasing (a path runs from large to small)")
+    if tol < 0 or max_iter < 0:
+        raise ValueError("tol and max_iter must be non-negative")
+    one_d = Y.ndim == 1
+    Y2 = (Y[:, None] if one_d else Y).contiguous()
+    D = D.contiguous()
+    n, m = D.shape
+    B = Y2.shape[1]
+    dev, dt = D.device, D.dtype
+    step = float(n / (torch.linalg.svdvals(D.double())[0].item() ** 2 * 1.0001))
+    norms = D.norm(dim=0)
+    ynorm2 = (Y2 * Y2).sum(0)
+    tol_abs = tol * ynorm2 / (2 * n)
+    W = torch.zeros((m, B), dtype=dt, device=dev)
+    coefs = torch.zeros((lam_np.size, B, m), dtype=dt, device=dev)
+    gaps = np.zeros((lam_np.size, B))
+    iters = np.zeros((lam_np.size, B), dtype=np.int64)
+    for ell, lam_f in enumerate(lam_np):
+        lam = torch.full((B,), lam_f, dtype=dt, device=dev)
+        cols = torch.arange(m, device=dev)
+        Dc, Wc, normc = D, W.clone(), norms
+        keep = torch.ones((m, B), dtype=torch.int8, device=dev)
+        Z = Wc.clone()
+        t = torch.ones(B, dtype=torch.float64, device=dev)
+        it_count = torch.zeros(B, dtype=torch.int64, device=dev)
+        gap = torch.zeros(B, dtype=dt, device=dev)
+        for it in range(max_iter + 1):
+            if it % check_every == 0 or it == max_iter:
+                gap, C, s = _gap(Dc, Y2, Wc, lam, n, ynorm2)
+                active = gap > tol_abs
+                if not bool(active.any()) or it == max_iter:
+                    break
+                if screening:
+                    rho = torch.sqrt(2 * gap / (n * lam * lam))
+                    drop = (C.abs() / s[None, :] + normc[:, None] * rho[None, :]) < 1
+                    keep = keep * (~drop).to(torch.int8)
+                    Wc = Wc * keep
+                    Z = Z * keep
+                    alive = keep.any(dim=1)
+                    if int(alive.sum()) < 0.5 * Dc.shape[1]:
+                        idx = torch.nonzero(alive).flatten()
+                        cols, Dc, normc = cols[idx], Dc[:, idx].contiguous(), normc[idx]
+                        Wc, Z, keep = Wc[idx].contiguous(), Z[idx].contiguous(), keep[idx].contiguous()
+            R = Y2 - Dc @ Z
+            C, _ = dtr_gemm_absmax(Dc, R, 1.0 / n)
+            t_new = (1 + torch.sqrt(1 + 4 * t * t)) / 2
+            beta = ((t - 1) / t_new).to(dt)
+            act8 = active.to(torch.int8)
+            Wn, Zn = soft_threshold_update(Z, C, Wc, keep, lam, beta, act8, step)
+            restart = ((Z - Wn) * (Wn - Wc)).sum(0) > 0
+            if bool(restart.any()):
+                Zn[:, restart] = Wn[:, restart]
+                t_new = torch.where(restart, torch.ones_like(t_new), t_new)
+            t = t_new
+            it_count += active.to(torch.int64)
+            Wc, Z = Wn, Zn
+        W = torch.zeros((m, B), dtype=dt, device=dev)
+        W[cols] = Wc
+        coefs[ell] = W.T
+        gaps[ell] = gap.double().cpu().numpy()
+        iters[ell] = it_count.cpu().numpy()
+    if one_d:
+        return LassoPath(coefs[:, 0], gaps[:, 0], iters[:, 0], lam_np)
+    return LassoPath(coefs, gaps, iters, lam_np)
+
+
+__all__ = ["dtr_gemm_absmax", "fista_path", "soft_threshold_update"]
