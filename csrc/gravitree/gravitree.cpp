@@ -344,6 +344,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
     const double minp = ep->recs.front().obj;
     Entry* es = solve(ss, depth - 1, split_budget - minp, frontier);
     const std::size_t ns = prefix(es, split_budget - minp);
+    const bool trivial_pair = cfg_.ignore_trivial && (ep->risk >= cfg_.tau) == (es->risk >= cfg_.tau);
     if (interrupted_) e->complete = false;
     for (std::size_t a = 0; a < np; ++a) {
       const Rec& ra = ep->recs[a];
@@ -355,6 +356,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
           ++stats_.n_pruned_falling;
           continue;
         }
+        if (trivial_pair && ra.leaves == 1 && rb.leaves == 1) continue;
         std::int32_t nbr = 0;
         if (cfg_.branch >= 0) {
           nbr = ra.nbr + rb.nbr + ((ra.leaves > 1 && rb.leaves > 1) ? 1 : 0);

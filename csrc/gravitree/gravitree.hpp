@@ -32,6 +32,7 @@ struct Config {
   double bound_value = 0.05;
   double time_limit = 0;  // seconds; <= 0 means none
   bool prune = true;      // lower-bound pruning and orientation forcing (F1)
+  bool ignore_trivial = false;  // drop splits into two leaves with the same prediction
 };
 
 struct Problem {

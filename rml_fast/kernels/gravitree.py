@@ -80,6 +80,7 @@ class GraviTreeProblem:
     max_trees: int
     time_limit: float  # <= 0: none
     prune: bool
+    ignore_trivial: bool = False
 
 
 def prepare_problem(
@@ -99,6 +100,7 @@ def prepare_problem(
     max_trees: int = 10**7,
     time_limit: float | None = None,
     prune: bool = True,
+    ignore_trivial_extensions: bool = False,
 ) -> GraviTreeProblem:
     """Validate the inputs of :func:`gravitree_fit` and deduplicate the rows.
 
@@ -147,8 +149,10 @@ def prepare_problem(
     max_trees = int(check_scalar(max_trees, "max_trees", Interval("int", 0, None)))
     tl = 0.0 if time_limit is None else float(
         check_scalar(time_limit, "time_limit", Interval("real", 0, None, "neither")))
-    if not isinstance(falling, (bool, np.bool_)):
-        raise TypeError(f"falling must be a bool, got {type(falling).__name__}")
+    for flag, fname in ((falling, "falling"), (prune, "prune"),
+                        (ignore_trivial_extensions, "ignore_trivial_extensions")):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{fname} must be a bool, got {type(flag).__name__}")
     keep = w > 0
     xb = np.ascontiguousarray(x[keep], dtype=np.uint8)
     yk = yy[keep].astype(np.float64)
@@ -162,7 +166,8 @@ def prepare_problem(
         xu=np.ascontiguousarray(xu), pos=pos, tot=tot, total_weight=float(w.sum()),
         integral=integral, regularization=lam, depth=depth, branch=br, loss=LOSSES[loss],
         tau=tau, cost=cost, falling=bool(falling), bound_mode=BOUND_MODES[bound_mode],
-        bound_value=bval, max_trees=max_trees, time_limit=tl, prune=bool(prune))
+        bound_value=bval, max_trees=max_trees, time_limit=tl, prune=bool(prune),
+        ignore_trivial=bool(ignore_trivial_extensions))
 
 
 # --- objective pieces shared by the reference and the result checks -------------------------
@@ -300,6 +305,9 @@ def _ref_enumerate(prob: GraviTreeProblem) -> list[tuple[float, int, int, Any]]:
                     continue
                 for a in gen(m1, d - 1):
                     for b in gen(m0, d - 1):
+                        if prob.ignore_trivial and a[1] == 1 and b[1] == 1 and (
+                                (a[3][1] / a[3][2] >= prob.tau) == (b[3][1] / b[3][2] >= prob.tau)):
+                            continue
                         nbr = a[2] + b[2] + (1 if a[1] > 1 and b[1] > 1 else 0)
                         out.append((a[0] + b[0], a[1] + b[1], nbr, (j, a[3], b[3])))
         memo[key] = out
@@ -418,7 +426,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
             prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
             prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau, prob.cost,
             prob.falling, prob.bound_mode, prob.bound_value, prob.time_limit, prob.prune,
-            monitor)
+            prob.ignore_trivial, monitor)
     finally:
         if monitor is not None:
             monitor.close()
@@ -470,6 +478,7 @@ def gravitree_fit(
     max_trees: int = 10**7,
     time_limit: float | None = None,
     prune: bool = True,
+    ignore_trivial_extensions: bool = False,
     progress: bool = False,
     backend: str = "auto",
 ) -> GraviTreeResult:
@@ -512,6 +521,9 @@ def gravitree_fit(
         Seconds; when reached the search stops and the result has ``complete=False``.
     prune : bool, default=True
         Use the lower bounds and orientation forcing; False gives the same set, slower.
+    ignore_trivial_extensions : bool, default=False
+        Leave out trees with a split into two leaves that predict the same label (TreeFARMS'
+        ``rashomon_ignore_trivial_extensions``, whose default there is True).
     progress : bool, default=False
         Show a progress bar (native backend).
     backend : {"auto", "native", "reference"}, default="auto"
@@ -546,7 +558,8 @@ def gravitree_fit(
     prob = prepare_problem(
         X, y, sample_weight, regularization=regularization, depth=depth, branch=branch,
         loss=loss, tau=tau, fn_cost=fn_cost, falling=falling, bound_mode=bound_mode,
-        bound_value=bound_value, max_trees=max_trees, time_limit=time_limit, prune=prune)
+        bound_value=bound_value, max_trees=max_trees, time_limit=time_limit, prune=prune,
+        ignore_trivial_extensions=ignore_trivial_extensions)
     if not isinstance(progress, (bool, np.bool_)):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     return _fit(prob, device=NUMPY, backend=backend, progress=bool(progress))
