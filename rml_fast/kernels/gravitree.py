@@ -420,7 +420,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
                 progress: bool = False) -> GraviTreeResult:
     from rml_fast._native import _C
 
-    monitor = _progress_monitor() if progress else None
+    monitor = _ProgressMonitor() if progress else None
     try:
         s = _C.gravitree.fit(
             prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
@@ -439,7 +439,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
         n_features=prob.xu.shape[1])
 
 
-class _progress_monitor:  # noqa: N801 - used like a function
+class _ProgressMonitor:
     """Progress display (tqdm) fed by the native search's periodic callback."""
 
     def __init__(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -56,7 +58,7 @@ def _check_tree(tree, X, y, w, *, lam, depth, branch, falling, tau=0.5, cost=1.0
         total += leaf_loss(pp, nn, loss, tau, cost)
         risks.append(pp / nn)
     if falling:
-        assert all(a >= b for a, b in zip(risks, risks[1:], strict=False)), risks
+        assert all(a >= b for a, b in itertools.pairwise(risks)), risks
     if branch is not None:
         assert n_branching <= branch
     assert len(risks) == tree["n_leaves"]
