@@ -440,25 +440,33 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
 
 
 class _ProgressMonitor:
-    """Progress display (tqdm) fed by the native search's periodic callback."""
+    """Progress display (tqdm) fed by the native search's periodic callback.
+
+    The bar appears only once a search has run for a moment (the first callback comes
+    after about 0.1 s), so quick fits print nothing.
+    """
 
     def __init__(self) -> None:
-        from tqdm.auto import tqdm
-
-        self._bar = tqdm(desc="gravitree: optimal pass", unit=" subproblems", leave=False)
-        self._phase = 0
+        self._bar: Any = None
+        self._phase = -1
         self._last = 0
 
     def __call__(self, phase: int, n_subproblems: int) -> bool:
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(unit=" subproblems", leave=False)
         if phase != self._phase:
             self._phase = phase
-            self._bar.set_description("gravitree: Rashomon enumeration")
+            self._bar.set_description(
+                "gravitree: optimal pass" if phase == 0 else "gravitree: Rashomon enumeration")
         self._bar.update(n_subproblems - self._last)
         self._last = n_subproblems
         return False
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
 
 def gravitree_fit(
