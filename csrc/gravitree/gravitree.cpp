@@ -374,10 +374,14 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
           recs.push_back(std::move(r));
         }
         Rec& r = recs[it->second];
-        r.count += ra.count * rb.count;
+        const Pair pair{static_cast<std::int32_t>(c.j), static_cast<std::int8_t>(c.o), ep,
+                        static_cast<std::int32_t>(a), es, static_cast<std::int32_t>(b)};
         if (!frontier) {
-          r.pairs.push_back(Pair{static_cast<std::int32_t>(c.j), static_cast<std::int8_t>(c.o), ep,
-                                 static_cast<std::int32_t>(a), es, static_cast<std::int32_t>(b)});
+          r.count += ra.count * rb.count;
+          r.pairs.push_back(pair);
+        } else if (inserted) {
+          r.count = 1;  // optimal pass: one witness tree per frontier point
+          r.pairs.push_back(pair);
         }
       }
     }
@@ -396,7 +400,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
 void Search::run() {
   start_ = now_s();
   last_monitor_ = start_;
-  const Entry* fr = solve(root_.data(), cfg_.depth, kInf, true);
+  Entry* fr = solve(root_.data(), cfg_.depth, kInf, true);
   opt_ = fr->recs.empty() ? fr->leaf_obj : fr->recs.front().obj;
   switch (cfg_.bound_mode) {
     case 0: theta_ = opt_; break;
@@ -404,7 +408,13 @@ void Search::run() {
     case 2: theta_ = opt_ + cfg_.bound_value; break;
     default: theta_ = cfg_.bound_value; break;
   }
-  root_entry_ = solve(root_.data(), cfg_.depth, theta_, false);
+  if (interrupted_) {
+    // Stopped during the optimal pass: return the best trees found (one witness per
+    // frontier point of the root) rather than nothing; flagged incomplete.
+    root_entry_ = fr;
+  } else {
+    root_entry_ = solve(root_.data(), cfg_.depth, theta_, false);
+  }
   root_recs_ = 0;
   n_trees_ = 0;
   for (const Rec& r : root_entry_->recs) {
