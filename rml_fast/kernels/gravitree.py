@@ -245,9 +245,22 @@ class GraviTreeResult:
         self.max_trees = int(max_trees)
         self.n_features = int(n_features)
         self._getter = getter
-        counts = np.array([min(c, max_trees) for c in record_counts], dtype=np.int64)
-        objs = np.repeat(np.asarray(record_objectives, dtype=np.float64), counts)
-        self.objectives = objs[: max_trees]
+        self._record_objectives = np.asarray(record_objectives, dtype=np.float64)
+        self._record_counts = list(record_counts)
+        self._objectives: np.ndarray | None = None
+
+    @property
+    def objectives(self) -> np.ndarray:
+        """The first ``min(n_trees, max_trees)`` objectives, sorted (built on first use)."""
+        if self._objectives is None:
+            counts, left = [], self.max_trees
+            for c in self._record_counts:  # never expand more than max_trees entries
+                take = min(int(c), left)
+                counts.append(take)
+                left -= take
+            objs = self._record_objectives[: len(counts)]
+            self._objectives = np.repeat(objs, np.array(counts, dtype=np.int64))
+        return self._objectives
 
     def __len__(self) -> int:
         return self.n_trees

@@ -340,13 +340,18 @@ class FallingRashomonSet(_Params):
         self.result_ = res
         self.n_features_in_ = res.n_features
         self.n_trees_ = res.n_trees
-        self.objectives_ = res.objectives
         self.optimal_objective_ = res.optimal_objective
         self.theta_ = res.theta
         self.complete_ = res.complete
         self.stats_ = res.stats
         _report_incomplete(self, res)
         return self
+
+    @property
+    def objectives_(self) -> np.ndarray:
+        """Objectives of the first ``min(n_trees_, max_trees)`` trees, sorted, float64."""
+        self._check_fitted()
+        return self.result_.objectives
 
     def __len__(self) -> int:
         self._check_fitted()
