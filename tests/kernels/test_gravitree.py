@@ -235,3 +235,36 @@ def test_bad_input(kwargs, exc, match):
     X, y = args.pop("X"), args.pop("y")
     with pytest.raises(exc, match=match):
         gravitree_fit(X, y, **args)
+
+
+def test_monitor_can_stop_the_search_like_ctrl_c():
+    """The periodic callback (which also checks Ctrl-C) stops the search cleanly."""
+    from rml_fast._native import _C
+    from rml_fast.kernels.gravitree import prepare_problem
+
+    X, y = _problem(15, 3000, 30)
+    prob = prepare_problem(X, y, depth=5, regularization=0.001, bound_value=0.2)
+    calls = []
+
+    def monitor(phase: int, n_subproblems: int) -> bool:
+        calls.append((phase, n_subproblems))
+        return True  # ask to stop at the first call
+
+    s = _C.gravitree.fit(prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
+                         prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau,
+                         prob.cost, prob.falling, prob.bound_mode, prob.bound_value, 0.0, True,
+                         False, monitor)
+    assert len(calls) == 1
+    assert not s.complete
+    assert s.n_trees >= 1  # the best trees found so far come back
+    t = s.get(0)
+    assert t["objective"] <= s.theta
+
+
+def test_progress_display_does_not_change_the_result():
+    X, y = _problem(16, 2000, 20)
+    kw = dict(depth=3, regularization=0.002, bound_value=0.05)
+    shown = gravitree_fit(X, y, progress=True, **kw)
+    quiet = gravitree_fit(X, y, progress=False, **kw)
+    assert len(shown) == len(quiet) > 1000
+    assert shown.optimal_objective == quiet.optimal_objective
