@@ -179,6 +179,18 @@ void register_gravitree(py::module_ m) {
              return out;
            })
       .def(
+          "count_without",
+          [](const PySearch& s, int feature) {
+            if (feature < 0 || feature >= s.prob.p) throw py::index_error("feature out of range");
+            u128 c;
+            {
+              py::gil_scoped_release release;
+              c = s.search->count_without(feature);
+            }
+            return to_pyint(c);
+          },
+          "feature"_a, "Number of trees of the set that never test this feature.")
+      .def(
           "get",
           [](const PySearch& s, const py::int_& i) {
             const u128 idx = from_pyint(i, "i");

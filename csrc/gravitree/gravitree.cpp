@@ -460,6 +460,27 @@ std::int32_t Search::build(const Entry* e, int k, u128 index, Tree& out) const {
   throw std::logic_error("gravitree: tree index past the record's count");
 }
 
+u128 Search::count_without(int feature) const {
+  std::unordered_map<const Rec*, u128> memo;
+  std::function<u128(const Rec&)> count = [&](const Rec& r) -> u128 {
+    if (r.leaves == 1) return 1;
+    auto it = memo.find(&r);
+    if (it != memo.end()) return it->second;
+    u128 total = 0;
+    for (const Pair& pr : r.pairs) {
+      if (pr.feature == feature) continue;
+      const u128 a = count(pr.ep->recs[static_cast<std::size_t>(pr.ip)]);
+      if (a == 0) continue;
+      total += a * count(pr.es->recs[static_cast<std::size_t>(pr.is)]);
+    }
+    memo.emplace(&r, total);
+    return total;
+  };
+  u128 out = 0;
+  for (std::size_t k = 0; k < root_recs_; ++k) out += count(root_entry_->recs[k]);
+  return out;
+}
+
 Tree Search::get(u128 index) const {
   if (index >= n_trees_) throw std::out_of_range("tree index out of range");
   for (std::size_t k = 0; k < root_recs_; ++k) {

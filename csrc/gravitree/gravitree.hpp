@@ -110,6 +110,8 @@ class Search {
   double record_objective(int k) const;
   u128 record_count(int k) const;
   Tree get(u128 index) const;
+  // Number of trees of the set that never test `feature` (exact, no materialisation).
+  u128 count_without(int feature) const;
 
  private:
   struct Masses {

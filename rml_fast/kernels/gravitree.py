@@ -236,6 +236,7 @@ class GraviTreeResult:
         stats: dict[str, Any],
         max_trees: int,
         n_features: int,
+        count_without: Callable[[int], int] | None = None,
     ) -> None:
         self.optimal_objective = float(optimal_objective)
         self.theta = float(theta)
@@ -245,6 +246,7 @@ class GraviTreeResult:
         self.max_trees = int(max_trees)
         self.n_features = int(n_features)
         self._getter = getter
+        self._count_without = count_without
         self._record_objectives = np.asarray(record_objectives, dtype=np.float64)
         self._record_counts = list(record_counts)
         self._objectives: np.ndarray | None = None
@@ -264,6 +266,20 @@ class GraviTreeResult:
 
     def __len__(self) -> int:
         return self.n_trees
+
+    def feature_counts(self) -> list[int]:
+        """Exact number of trees that test each feature, list of ``n_features`` ints.
+
+        Computed from the record counts without building the trees (native backend).
+        """
+        if self._count_without is not None:
+            return [self.n_trees - int(self._count_without(j)) for j in range(self.n_features)]
+        counts = [0] * self.n_features
+        for i in range(self.n_trees):
+            f = self.tree(i)["feature"]
+            for j in np.unique(f[f >= 0]):
+                counts[int(j)] += 1
+        return counts
 
     def tree(self, i: int) -> dict[str, Any]:
         """The ``i``-th tree (objective order) as flat pre-order arrays.
@@ -449,7 +465,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
         optimal_objective=s.optimal_objective, theta=s.theta, n_trees=s.n_trees,
         record_objectives=s.record_objectives(), record_counts=s.record_counts(),
         getter=s.get, complete=s.complete, stats=stats, max_trees=prob.max_trees,
-        n_features=prob.xu.shape[1])
+        n_features=prob.xu.shape[1], count_without=s.count_without)
 
 
 class _ProgressMonitor:

@@ -400,16 +400,21 @@ class FallingRashomonSet(_Params):
     def variable_importance(self, max_trees: int | None = None) -> np.ndarray:
         """Fraction of trees that test each feature: array of shape (p,), float64.
 
-        Over the whole set by default (every tree is built: use ``max_trees`` to look at
-        the best ``max_trees`` trees only when the set is very large).
+        Exact over the whole set by default, computed from the counts without building any
+        tree; with ``max_trees`` it is the fraction among the best ``max_trees`` trees.
         """
         self._check_fitted()
-        k = self.n_trees_ if max_trees is None else min(
-            self.n_trees_, int(check_scalar(max_trees, "max_trees", Interval("int", 1, None))))
-        counts = np.zeros(self.n_features_in_, dtype=np.float64)
+        if max_trees is None:
+            if self.n_trees_ == 0:
+                return np.zeros(self.n_features_in_)
+            counts = self.result_.feature_counts()
+            return np.array([c / self.n_trees_ for c in counts], dtype=np.float64)
+        k = min(self.n_trees_, int(check_scalar(max_trees, "max_trees",
+                                                Interval("int", 1, None))))
+        out = np.zeros(self.n_features_in_, dtype=np.float64)
         for i in range(k):
-            counts[self[i].features_used()] += 1
-        return counts / max(k, 1)
+            out[self[i].features_used()] += 1
+        return out / max(k, 1)
 
 
 for _cls in (FallingTreeClassifier, FallingRashomonSet):

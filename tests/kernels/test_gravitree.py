@@ -93,6 +93,7 @@ def test_native_equals_brute_force(seed, n, p, depth, lam, eps, branch, falling)
     assert _strings(nat, oriented=True) == _strings(ref, oriented=True)
     np.testing.assert_array_equal(nat.objectives, ref.objectives)
     assert nat.complete
+    assert nat.feature_counts() == ref.feature_counts()
     w = np.ones(n)
     for i in range(len(nat)):
         obj = _check_tree(nat.tree(i), X, y, w, lam=lam, depth=depth, branch=branch,

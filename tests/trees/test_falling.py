@@ -120,6 +120,11 @@ def test_rashomon_set_api_and_order():
     for t in trees:
         manual[t.features_used()] += 1
     np.testing.assert_allclose(vi, manual / n)
+    np.testing.assert_allclose(rs.variable_importance(max_trees=n), manual / n)
+    first = np.zeros(6)
+    for t in trees[:4]:
+        first[t.features_used()] += 1
+    np.testing.assert_allclose(rs.variable_importance(max_trees=4), first / 4)
     ref = gravitree_fit(X, y, depth=3, regularization=0.01, bound_value=0.1)
     assert n == len(ref)
 
