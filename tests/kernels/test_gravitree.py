@@ -269,3 +269,16 @@ def test_progress_display_does_not_change_the_result():
     quiet = gravitree_fit(X, y, progress=False, **kw)
     assert len(shown) == len(quiet) > 1000
     assert shown.optimal_objective == quiet.optimal_objective
+
+
+@pytest.mark.parametrize("falling", [True, False])
+def test_float_weights_match_brute_force(falling):
+    X, y = _problem(17, 36, 4)
+    w = np.random.default_rng(3).uniform(0.2, 3.0, size=36)
+    kw = dict(depth=3, regularization=0.01, bound_value=0.2, falling=falling)
+    ref = gravitree_fit(X, y, w, backend="reference", **kw)
+    nat = gravitree_fit(X, y, w, **kw)
+    assert nat.optimal_objective == pytest.approx(ref.optimal_objective, rel=1e-12)
+    assert _strings(nat) == _strings(ref)
+    for i in range(len(nat)):
+        _check_tree(nat.tree(i), X, y, w, lam=0.01, depth=3, branch=None, falling=falling)
