@@ -160,6 +160,7 @@ void register_gravitree(py::module_ m) {
                                d["n_expansions"] = st.n_expansions;
                                d["n_pruned_bound"] = st.n_pruned_bound;
                                d["n_pruned_falling"] = st.n_pruned_falling;
+                               d["time_optimal_s"] = st.time_optimal_s;
                                d["time_s"] = st.time_s;
                                return d;
                              })

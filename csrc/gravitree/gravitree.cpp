@@ -168,11 +168,21 @@ Entry* Search::lookup(const std::uint64_t* s, int depth, bool frontier) const {
   return nullptr;
 }
 
-double Search::lower_bound(const std::uint64_t* s, int depth, const Masses& ms) const {
+// Lower bound on the objective of any subtree on (s, depth) whose leaf risks lie in [lo, hi]:
+// GOSDT's lambda + EQ/W, or, when the optimal pass has solved (s, depth), the best frontier
+// point inside the interval (every such subtree is dominated by a frontier point inside it).
+double Search::lower_bound(const std::uint64_t* s, int depth, const Masses& ms, double lo,
+                           double hi) const {
   double lb = cfg_.lambda + ms.EQ / prob_.total_weight;
   const Entry* fe = lookup(s, depth, true);
   if (fe != nullptr && fe->complete) {
-    const double known = fe->recs.empty() ? fe->budget - kTol : fe->recs.front().obj;
+    double known = fe->budget - kTol;
+    for (const Rec& r : fe->recs) {
+      if (r.top <= hi && r.bot >= lo) {
+        known = r.obj;
+        break;
+      }
+    }
     lb = std::max(lb, known);
   }
   return lb;
@@ -215,10 +225,20 @@ void Search::finalize(Entry* e, std::vector<Rec>& recs, bool frontier) const {
   e->recs = std::move(recs);
 }
 
-Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool frontier) {
+Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool frontier,
+                     double lo, double hi) {
   Entry* old = lookup(s, depth, frontier);
-  if (old != nullptr && old->complete && old->budget >= budget) return old;
+  if (old != nullptr && old->complete && old->budget >= budget && old->lo <= lo &&
+      old->hi >= hi) {
+    return old;
+  }
   if (interrupted_ && old != nullptr) return old;
+  if (old != nullptr && old->complete) {
+    // widen to cover both requests, so that neither has to be recomputed again
+    budget = std::max(budget, old->budget);
+    lo = std::min(lo, old->lo);
+    hi = std::max(hi, old->hi);
+  }
   ++stats_.n_subproblems;
   const auto W = static_cast<std::size_t>(words_);
   arena_.push_back(std::make_unique<Entry>());
@@ -226,6 +246,8 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
   e->bits.assign(s, s + W);
   e->depth = depth;
   e->budget = budget;
+  e->lo = lo;
+  e->hi = hi;
   const Masses ms = masses(s);
   e->P = ms.P;
   e->N = ms.N;
@@ -247,6 +269,14 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
 
   std::vector<Rec> recs;
   std::unordered_map<RecKey, std::size_t, RecKeyHash> index;
+  // (F0/F2) every subtree has a leaf at least as risky and one at most as risky as the pool:
+  // outside [lo, hi] nothing on this support is feasible.
+  const bool in_interval = e->risk >= lo && e->risk <= hi;
+  if (!in_interval) {
+    ++stats_.n_pruned_falling;
+    finalize(e, recs, frontier);
+    return e;
+  }
   if (e->leaf_obj <= budget + kTol) {
     Rec leaf;
     leaf.loss = e->leaf_loss;
@@ -276,10 +306,12 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
     return e;
   }
   ++stats_.n_expansions;
+  // Risk intervals are propagated in the Rashomon pass of the falling problem (F2).
+  const bool intervals = cfg_.falling && cfg_.prune && !frontier;
 
   struct Cand {
     int j, o;
-    double lbp, lbs;
+    double lbp, lbs, rp, rs;
   };
   const int p = prob_.p;
   std::vector<std::uint64_t> kids(2 * static_cast<std::size_t>(p) * W);
@@ -311,10 +343,16 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
       if (o < 0) continue;
       const Masses& mp = o == 1 ? m1 : m0;
       const Masses& msec = o == 1 ? m0 : m1;
-      Cand c{j, o, 0.0, 0.0};
+      Cand c{j, o, 0.0, 0.0, o == 1 ? r1 : r0, o == 1 ? r0 : r1};
+      if (intervals && (c.rp > hi || c.rs < lo)) {
+        ++stats_.n_pruned_falling;
+        continue;
+      }
       if (cfg_.prune) {
-        c.lbp = lower_bound(o == 1 ? s1 : s0, depth - 1, mp);
-        c.lbs = lower_bound(o == 1 ? s0 : s1, depth - 1, msec);
+        const double lo_p = intervals ? std::max(lo, c.rs) : -1.0;
+        const double hi_s = intervals ? std::min(hi, c.rp) : 2.0;
+        c.lbp = lower_bound(o == 1 ? s1 : s0, depth - 1, mp, lo_p, intervals ? hi : 2.0);
+        c.lbs = lower_bound(o == 1 ? s0 : s1, depth - 1, msec, intervals ? lo : -1.0, hi_s);
         if (c.lbp + c.lbs > split_budget + kTol) {
           ++stats_.n_pruned_bound;
           continue;
@@ -329,6 +367,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
       return a.lbp + a.lbs < b.lbp + b.lbs;
     });
   }
+  std::vector<std::uint32_t> sel;
   for (const Cand& c : cands) {
     if (c.lbp + c.lbs > split_budget + kTol) {
       ++stats_.n_pruned_bound;
@@ -338,21 +377,39 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
     const std::uint64_t* s0 = s1 + W;
     const std::uint64_t* sp = c.o == 1 ? s1 : s0;
     const std::uint64_t* ss = c.o == 1 ? s0 : s1;
-    Entry* ep = solve(sp, depth - 1, split_budget - c.lbs, frontier);
+    // priority child: leaves in [max(lo, r(S_s)), hi], since bot_p >= top_s >= r(S_s)
+    const double lo_p = intervals ? std::max(lo, c.rs) : -1.0;
+    const double hi_p = intervals ? hi : 2.0;
+    Entry* ep = solve(sp, depth - 1, split_budget - c.lbs, frontier, lo_p, hi_p);
     const std::size_t np = prefix(ep, split_budget - c.lbs);
-    if (np == 0) continue;
-    const double minp = ep->recs.front().obj;
-    Entry* es = solve(ss, depth - 1, split_budget - minp, frontier);
+    sel.clear();
+    double minp = kInf, maxbot = -1.0;
+    for (std::size_t a = 0; a < np; ++a) {
+      const Rec& ra = ep->recs[a];
+      if (ra.top > hi_p || ra.bot < lo_p) continue;
+      sel.push_back(static_cast<std::uint32_t>(a));
+      minp = std::min(minp, ra.obj);
+      maxbot = std::max(maxbot, ra.bot);
+    }
+    if (sel.empty()) continue;
+    // second child: leaves in [lo, min(hi, r(S_p), max bot_p)]
+    const double lo_s = intervals ? lo : -1.0;
+    const double hi_s = intervals ? std::min(std::min(hi, c.rp), maxbot) : 2.0;
+    if (intervals && (c.rs > hi_s)) {
+      ++stats_.n_pruned_falling;
+      continue;
+    }
+    Entry* es = solve(ss, depth - 1, split_budget - minp, frontier, lo_s, hi_s);
     const std::size_t ns = prefix(es, split_budget - minp);
     const bool trivial_pair = cfg_.ignore_trivial && (ep->risk >= cfg_.tau) == (es->risk >= cfg_.tau);
     if (interrupted_) e->complete = false;
-    for (std::size_t a = 0; a < np; ++a) {
+    for (const std::uint32_t a : sel) {
       const Rec& ra = ep->recs[a];
       const double lim = split_budget - ra.obj + kTol;
       for (std::size_t b = 0; b < ns; ++b) {
         const Rec& rb = es->recs[b];
         if (rb.obj > lim) break;
-        if (cfg_.falling && ra.bot < rb.top) {
+        if (cfg_.falling && (ra.bot < rb.top || rb.bot < lo_s)) {
           ++stats_.n_pruned_falling;
           continue;
         }
@@ -400,7 +457,8 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
 void Search::run() {
   start_ = now_s();
   last_monitor_ = start_;
-  Entry* fr = solve(root_.data(), cfg_.depth, kInf, true);
+  Entry* fr = solve(root_.data(), cfg_.depth, kInf, true, -1.0, 2.0);
+  stats_.time_optimal_s = now_s() - start_;
   opt_ = fr->recs.empty() ? fr->leaf_obj : fr->recs.front().obj;
   switch (cfg_.bound_mode) {
     case 0: theta_ = opt_; break;
@@ -408,19 +466,21 @@ void Search::run() {
     case 2: theta_ = opt_ + cfg_.bound_value; break;
     default: theta_ = cfg_.bound_value; break;
   }
-  if (interrupted_) {
-    // Stopped during the optimal pass: return the best trees found (one witness per
-    // frontier point of the root) rather than nothing; flagged incomplete.
-    root_entry_ = fr;
-  } else {
-    root_entry_ = solve(root_.data(), cfg_.depth, theta_, false);
-  }
-  root_recs_ = 0;
-  n_trees_ = 0;
-  for (const Rec& r : root_entry_->recs) {
-    if (r.obj > theta_) break;  // exact: every tree of a record has this objective
-    ++root_recs_;
-    n_trees_ += r.count;
+  auto count_root = [this](Entry* root) {
+    root_entry_ = root;
+    root_recs_ = 0;
+    n_trees_ = 0;
+    for (const Rec& r : root->recs) {
+      if (r.obj > theta_) break;  // exact: every tree of a record has this objective
+      ++root_recs_;
+      n_trees_ += r.count;
+    }
+  };
+  if (!interrupted_) count_root(solve(root_.data(), cfg_.depth, theta_, false, -1.0, 2.0));
+  if (interrupted_ && n_trees_ == 0) {
+    // Stopped before the Rashomon pass found anything: return the best trees of the optimal
+    // pass (one witness per frontier point of the root) rather than nothing.
+    count_root(fr);
   }
   complete_ = !interrupted_;
   stats_.time_s = now_s() - start_;

@@ -50,6 +50,7 @@ struct Stats {
   std::int64_t n_expansions = 0;
   std::int64_t n_pruned_bound = 0;
   std::int64_t n_pruned_falling = 0;
+  double time_optimal_s = 0;
   double time_s = 0;
 };
 
@@ -83,6 +84,7 @@ struct Entry {
   std::vector<std::uint64_t> bits;
   int depth = 0;
   double budget = 0;
+  double lo = -1.0, hi = 2.0;  // context interval of leaf risks (Rashomon pass, falling mode)
   double P = 0, N = 0, EQ = 0, risk = 0, leaf_loss = 0, leaf_obj = 0;
   bool complete = true;
   std::vector<Rec> recs;  // sorted by objective
@@ -119,8 +121,10 @@ class Search {
   };
   Masses masses(const std::uint64_t* s) const;
   double leaf_loss(double P, double N) const;
-  double lower_bound(const std::uint64_t* s, int depth, const Masses& ms) const;
-  Entry* solve(const std::uint64_t* s, int depth, double budget, bool frontier);
+  double lower_bound(const std::uint64_t* s, int depth, const Masses& ms, double lo,
+                     double hi) const;
+  Entry* solve(const std::uint64_t* s, int depth, double budget, bool frontier, double lo,
+               double hi);
   Entry* lookup(const std::uint64_t* s, int depth, bool frontier) const;
   void finalize(Entry* e, std::vector<Rec>& recs, bool frontier) const;
   bool should_stop(int phase);
