@@ -214,7 +214,7 @@ class FallingTreeClassifier(_Params):
         self.result_ = res
         self.n_features_in_ = res.n_features
         self.classes_ = np.array([0, 1], dtype=np.int64)
-        self.tree_ = FallingTree.from_dict(res.tree(0), tau=res_tau(self))
+        self.tree_ = FallingTree.from_dict(res.tree(0), tau=_tau_of(self))
         self.objective_ = self.tree_.objective
         self.n_leaves_ = self.tree_.n_leaves
         self.leaf_risks_ = self.tree_.leaf_risks
@@ -252,7 +252,7 @@ class FallingTreeClassifier(_Params):
         return float(np.sum(w * (pred == yy)) / np.sum(w))
 
 
-def res_tau(est: Any) -> float:
+def _tau_of(est: Any) -> float:
     """The decision threshold an estimator's parameters imply."""
     return 1.0 / (1.0 + est.fn_cost) if est.fn_cost is not None else float(est.tau)
 
@@ -367,7 +367,7 @@ class FallingRashomonSet(_Params):
             i += self.n_trees_
         if not 0 <= i < self.n_trees_:
             raise IndexError(f"index out of range for a Rashomon set of {self.n_trees_} trees")
-        return FallingTree.from_dict(self.result_.tree(i), tau=res_tau(self))
+        return FallingTree.from_dict(self.result_.tree(i), tau=_tau_of(self))
 
     def __iter__(self) -> Any:
         for i in range(self.n_trees_):
