@@ -57,7 +57,7 @@ std::shared_ptr<PySearch> fit(const py::array& x, const py::array& pos, const py
                               double total_weight, bool integral, double lambda_, int depth,
                               int branch, int loss, double tau, double cost, bool falling,
                               int bound_mode, double bound_value, double time_limit, bool prune,
-                              bool ignore_trivial,
+                              bool ignore_trivial, int max_leaves,
                               const py::object& monitor) {
   if (x.ndim() != 2) throw py::value_error("x: expected a 2-D (m, p) array");
   const auto m = static_cast<std::size_t>(x.shape(0));
@@ -96,6 +96,7 @@ std::shared_ptr<PySearch> fit(const py::array& x, const py::array& pos, const py
   cfg.time_limit = time_limit;
   cfg.prune = prune;
   cfg.ignore_trivial = ignore_trivial;
+  cfg.max_leaves = max_leaves;
   PySearch* raw = out.get();
   rml::gravitree::Monitor mon = [raw, monitor](int phase, std::int64_t n_sub) -> bool {
     py::gil_scoped_acquire gil;
@@ -202,7 +203,7 @@ void register_gravitree(py::module_ m) {
   m.def("fit", &fit, "x"_a, "pos"_a, "tot"_a, "total_weight"_a, "integral"_a, "lambda_"_a,
         "depth"_a, "branch"_a, "loss"_a, "tau"_a, "cost"_a, "falling"_a, "bound_mode"_a,
         "bound_value"_a, "time_limit"_a, "prune"_a,
-        "ignore_trivial"_a = false, "monitor"_a = py::none(),
+        "ignore_trivial"_a = false, "max_leaves"_a = -1, "monitor"_a = py::none(),
         "Optimal pass then Rashomon enumeration over deduplicated binary rows "
         "(x: (m, p) uint8, pos/tot: (m,) masses). Releases the GIL while searching.");
 }

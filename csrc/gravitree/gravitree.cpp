@@ -213,7 +213,8 @@ void Search::finalize(Entry* e, std::vector<Rec>& recs, bool frontier) const {
       bool dominated = false;
       for (const Rec& a : kept) {
         if (a.obj <= b.obj && a.top <= b.top && a.bot >= b.bot &&
-            (cfg_.branch < 0 || (a.nbr <= b.nbr && (a.leaves == 1 || b.leaves > 1)))) {
+            (cfg_.branch < 0 || (a.nbr <= b.nbr && (a.leaves == 1 || b.leaves > 1))) &&
+            (cfg_.max_leaves < 0 || a.leaves <= b.leaves)) {
           dominated = true;
           break;
         }
@@ -361,7 +362,8 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
       cands.push_back(c);
     }
   }
-  const bool single = frontier && cfg_.prune && !cfg_.falling && cfg_.branch < 0;
+  const bool single =
+      frontier && cfg_.prune && !cfg_.falling && cfg_.branch < 0 && cfg_.max_leaves < 0;
   if (single) {
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
       return a.lbp + a.lbs < b.lbp + b.lbs;
@@ -414,6 +416,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
           continue;
         }
         if (trivial_pair && ra.leaves == 1 && rb.leaves == 1) continue;
+        if (cfg_.max_leaves >= 0 && ra.leaves + rb.leaves > cfg_.max_leaves) continue;
         std::int32_t nbr = 0;
         if (cfg_.branch >= 0) {
           nbr = ra.nbr + rb.nbr + ((ra.leaves > 1 && rb.leaves > 1) ? 1 : 0);

@@ -24,6 +24,7 @@ struct Config {
   double lambda = 0.01;
   int depth = 4;          // max literals on a path (root split = depth 1)
   int branch = -1;        // max branching nodes; -1 = unlimited
+  int max_leaves = -1;    // max leaves; -1 = unlimited (alternative budget reading)
   int loss = 0;           // 0 = weighted misclassification, 1 = log loss
   double tau = 0.5;       // predict 1 iff risk >= tau
   double cost = 1.0;      // false-negative cost C (loss of a predicted-0 leaf = C * P)

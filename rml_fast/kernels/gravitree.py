@@ -81,6 +81,7 @@ class GraviTreeProblem:
     time_limit: float  # <= 0: none
     prune: bool
     ignore_trivial: bool = False
+    max_leaves: int = -1  # -1 = unlimited
 
 
 def prepare_problem(
@@ -101,6 +102,7 @@ def prepare_problem(
     time_limit: float | None = None,
     prune: bool = True,
     ignore_trivial_extensions: bool = False,
+    max_leaves: int | None = None,
 ) -> GraviTreeProblem:
     """Validate the inputs of :func:`gravitree_fit` and deduplicate the rows.
 
@@ -135,6 +137,8 @@ def prepare_problem(
     lam = float(check_scalar(regularization, "regularization", Interval("real", 0, None)))
     depth = int(check_scalar(depth, "depth", Interval("int", 1, 64)))
     br = -1 if branch is None else int(check_scalar(branch, "branch", Interval("int", 0, None)))
+    ml = -1 if max_leaves is None else int(
+        check_scalar(max_leaves, "max_leaves", Interval("int", 1, None)))
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
     if fn_cost is not None:
@@ -167,7 +171,7 @@ def prepare_problem(
         integral=integral, regularization=lam, depth=depth, branch=br, loss=LOSSES[loss],
         tau=tau, cost=cost, falling=bool(falling), bound_mode=BOUND_MODES[bound_mode],
         bound_value=bval, max_trees=max_trees, time_limit=tl, prune=bool(prune),
-        ignore_trivial=bool(ignore_trivial_extensions))
+        ignore_trivial=bool(ignore_trivial_extensions), max_leaves=ml)
 
 
 # --- objective pieces shared by the reference and the result checks -------------------------
@@ -413,6 +417,8 @@ def gravitree_fit_reference(prob: GraviTreeProblem) -> GraviTreeResult:
     for lossv, nl, nbr, s in trees:
         if prob.branch >= 0 and nbr > prob.branch:
             continue
+        if prob.max_leaves >= 0 and nl > prob.max_leaves:
+            continue
         rows.append((objective(lossv, nl, W, lam), lossv, nl, s))
     rows.sort(key=lambda r: r[0])
     feasible: list[tuple[float, float, int, Any]] = []
@@ -455,7 +461,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
             prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
             prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau, prob.cost,
             prob.falling, prob.bound_mode, prob.bound_value, prob.time_limit, prob.prune,
-            prob.ignore_trivial, monitor)
+            prob.ignore_trivial, prob.max_leaves, monitor)
     finally:
         if monitor is not None:
             monitor.close()
@@ -516,6 +522,7 @@ def gravitree_fit(
     time_limit: float | None = None,
     prune: bool = True,
     ignore_trivial_extensions: bool = False,
+    max_leaves: int | None = None,
     progress: bool = False,
     backend: str = "auto",
 ) -> GraviTreeResult:
@@ -561,6 +568,8 @@ def gravitree_fit(
     ignore_trivial_extensions : bool, default=False
         Leave out trees with a split into two leaves that predict the same label (TreeFARMS'
         ``rashomon_ignore_trivial_extensions``, whose default there is True).
+    max_leaves : int or None, default=None
+        Maximum number of leaves (the alternative reading of the paper's budget; PROPOSED).
     progress : bool, default=False
         Show a progress bar (native backend).
     backend : {"auto", "native", "reference"}, default="auto"
@@ -596,7 +605,7 @@ def gravitree_fit(
         X, y, sample_weight, regularization=regularization, depth=depth, branch=branch,
         loss=loss, tau=tau, fn_cost=fn_cost, falling=falling, bound_mode=bound_mode,
         bound_value=bound_value, max_trees=max_trees, time_limit=time_limit, prune=prune,
-        ignore_trivial_extensions=ignore_trivial_extensions)
+        ignore_trivial_extensions=ignore_trivial_extensions, max_leaves=max_leaves)
     if not isinstance(progress, (bool, np.bool_)):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     return _fit(prob, device=NUMPY, backend=backend, progress=bool(progress))

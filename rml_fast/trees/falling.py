@@ -107,7 +107,7 @@ def _search(est: Any, X: Any, y: Any, sample_weight: Any, *, bound_mode: str,
         branch=est.branch_budget, loss=est.loss, tau=est.tau, fn_cost=est.fn_cost,
         falling=est.falling, bound_mode=bound_mode, bound_value=bound_value,
         max_trees=max_trees, time_limit=est.time_limit, progress=est.progress,
-        ignore_trivial_extensions=est.ignore_trivial_extensions)
+        ignore_trivial_extensions=est.ignore_trivial_extensions, max_leaves=est.leaf_budget)
     return res
 
 
@@ -153,6 +153,9 @@ _COMMON_DOC = """
     ignore_trivial_extensions : bool, default=False
         Leave out trees with a split into two leaves of the same prediction (TreeFARMS
         option of the same name).
+    leaf_budget : int or None, default=None
+        Maximum number of leaves: the alternative reading of the paper's budget (PROPOSED);
+        combines with ``branch_budget``.
 """
 
 
@@ -193,7 +196,8 @@ class FallingTreeClassifier(_Params):
                  tau: float = 0.5, fn_cost: float | None = None, falling: bool = True,
                  time_limit: float | None = None, n_threads: int = 1,
                  on_incomplete: str = "warn", progress: bool = True,
-                 ignore_trivial_extensions: bool = False) -> None:
+                 ignore_trivial_extensions: bool = False,
+                 leaf_budget: int | None = None) -> None:
         self.regularization = regularization
         self.depth_budget = depth_budget
         self.branch_budget = branch_budget
@@ -206,6 +210,7 @@ class FallingTreeClassifier(_Params):
         self.on_incomplete = on_incomplete
         self.progress = progress
         self.ignore_trivial_extensions = ignore_trivial_extensions
+        self.leaf_budget = leaf_budget
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> FallingTreeClassifier:
         """Fit an optimal falling tree to 0/1 ``X`` of shape (n, p) and 0/1 ``y`` of shape (n,)."""
@@ -305,7 +310,8 @@ class FallingRashomonSet(_Params):
                  fn_cost: float | None = None, falling: bool = True,
                  max_trees: int = 10**7, time_limit: float | None = None,
                  n_threads: int = 1, on_incomplete: str = "warn", progress: bool = True,
-                 ignore_trivial_extensions: bool = False) -> None:
+                 ignore_trivial_extensions: bool = False,
+                 leaf_budget: int | None = None) -> None:
         self.regularization = regularization
         self.depth_budget = depth_budget
         self.branch_budget = branch_budget
@@ -322,6 +328,7 @@ class FallingRashomonSet(_Params):
         self.on_incomplete = on_incomplete
         self.progress = progress
         self.ignore_trivial_extensions = ignore_trivial_extensions
+        self.leaf_budget = leaf_budget
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> FallingRashomonSet:
         """Find the optimum and the whole Rashomon set on 0/1 ``X`` (n, p) and ``y`` (n,)."""

@@ -115,7 +115,8 @@ def test_bound_modes_match_brute_force(mode):
 
 @pytest.mark.parametrize(
     "extra",
-    [dict(loss="logloss"), dict(fn_cost=2.0), dict(tau=0.3), dict(ignore_trivial_extensions=True)],
+    [dict(loss="logloss"), dict(fn_cost=2.0), dict(tau=0.3), dict(ignore_trivial_extensions=True),
+     dict(max_leaves=3), dict(max_leaves=4, branch=1), dict(max_leaves=5, falling=False)],
 )
 def test_loss_options_match_brute_force(extra):
     X, y = _problem(7, 30, 4)
@@ -254,7 +255,7 @@ def test_monitor_can_stop_the_search_like_ctrl_c():
     s = _C.gravitree.fit(prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
                          prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau,
                          prob.cost, prob.falling, prob.bound_mode, prob.bound_value, 0.0, True,
-                         False, monitor)
+                         False, monitor=monitor)
     assert len(calls) == 1
     assert not s.complete
     assert s.n_trees >= 1  # the best trees found so far come back

@@ -146,6 +146,16 @@ def test_branch_zero_is_falling_rule_list(depth):
             assert not (internal[t.priority[i]] and internal[t.second[i]])
 
 
+def test_leaf_budget():
+    X, y = _data(11, 60, 4)
+    rs = FallingRashomonSet(depth_budget=3, leaf_budget=3, rashomon_multiplier=0.3,
+                            progress=False).fit(X, y)
+    ref = gravitree_fit(X, y, depth=3, max_leaves=3, regularization=0.01, bound_value=0.3,
+                        backend="reference")
+    assert len(rs) == len(ref) > 0
+    assert all(t.n_leaves <= 3 for t in rs)
+
+
 def test_adder_and_bound_modes():
     X, y = _data(4, 150, 5)
     base = FallingRashomonSet(depth_budget=2, progress=False).fit(X, y)
