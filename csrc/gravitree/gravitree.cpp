@@ -121,7 +121,14 @@ double Search::leaf_loss(double P, double N) const {
 
 Search::Masses Search::masses(const std::uint64_t* s) const {
   Masses out{0, 0, 0};
-  if (use_planes_) {
+  bool planes = use_planes_;
+  if (planes) {
+    // a gather over the set bits is cheaper than 3 * planes_ popcount passes on sparse supports
+    std::int64_t bits = 0;
+    for (int w = 0; w < words_; ++w) bits += popcount64(s[w]);
+    planes = bits > 2 * static_cast<std::int64_t>(planes_) * words_;
+  }
+  if (planes) {
     const auto W = static_cast<std::size_t>(words_);
     for (int q = 0; q < planes_; ++q) {
       const std::size_t off = static_cast<std::size_t>(q) * W;
@@ -329,7 +336,11 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
       any0 |= s0[w] != 0;
     }
     if (!any1 || !any0) continue;
-    const Masses m1 = masses(s1), m0 = masses(s0);
+    const Masses m1 = masses(s1);
+    // integer masses: the complement's masses are exact differences
+    const Masses m0 = prob_.integral && use_planes_
+                          ? Masses{ms.P - m1.P, ms.N - m1.N, ms.EQ - m1.EQ}
+                          : masses(s0);
     const double r1 = m1.P / m1.N, r0 = m0.P / m0.N;
     int orients[2] = {1, -1};
     if (cfg_.falling) {
@@ -362,8 +373,11 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
       cands.push_back(c);
     }
   }
-  const bool single =
-      frontier && cfg_.prune && !cfg_.falling && cfg_.branch < 0 && cfg_.max_leaves < 0;
+  // Only the objective matters when the frontier is one-dimensional, and at the root of the
+  // optimal pass: there the budget shrinks to the best tree found so far (GOSDT-style).
+  const bool is_root = depth == cfg_.depth && std::equal(s, s + W, root_.data());
+  const bool single = frontier && cfg_.prune &&
+                      ((!cfg_.falling && cfg_.branch < 0 && cfg_.max_leaves < 0) || is_root);
   if (single) {
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
       return a.lbp + a.lbs < b.lbp + b.lbs;
