@@ -180,7 +180,7 @@ Entry* Search::lookup(const std::uint64_t* s, int depth, bool frontier) const {
 // point inside the interval (every such subtree is dominated by a frontier point inside it).
 double Search::lower_bound(const std::uint64_t* s, int depth, const Masses& ms, double lo,
                            double hi) const {
-  double lb = cfg_.lambda + ms.EQ / prob_.total_weight;
+  double lb = cfg_.lambda + one_sided_loss(ms, lo, hi) / prob_.total_weight;
   const Entry* fe = lookup(s, depth, true);
   if (fe != nullptr && fe->complete) {
     double known = fe->budget - kTol;
@@ -193,6 +193,18 @@ double Search::lower_bound(const std::uint64_t* s, int depth, const Masses& ms, 
     lb = std::max(lb, known);
   }
   return lb;
+}
+
+// Loss lower bound of any subtree whose leaf risks lie in [lo, hi]: the equivalent-points loss,
+// or, with the 0-1 loss, the exact loss when the interval is one-sided (F3): all leaves then
+// predict 0 (hi < tau: loss C * P) or all predict 1 (lo >= tau: loss N - P).
+double Search::one_sided_loss(const Masses& ms, double lo, double hi) const {
+  double loss = ms.EQ;
+  if (cfg_.loss == 0 && cfg_.prune) {
+    if (hi < cfg_.tau) loss = std::max(loss, cfg_.cost * ms.P);
+    if (lo >= cfg_.tau) loss = std::max(loss, ms.N - ms.P);
+  }
+  return loss;
 }
 
 bool Search::should_stop(int phase) {
@@ -295,7 +307,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
     leaf.count = 1;
     recs.push_back(std::move(leaf));
   }
-  const double eq_bound = ms.EQ / prob_.total_weight;
+  const double eq_bound = one_sided_loss(ms, lo, hi) / prob_.total_weight;
   if (cfg_.prune && cfg_.lambda + eq_bound > budget + kTol) {
     ++stats_.n_pruned_bound;
     finalize(e, recs, frontier);

@@ -122,6 +122,7 @@ class Search {
   };
   Masses masses(const std::uint64_t* s) const;
   double leaf_loss(double P, double N) const;
+  double one_sided_loss(const Masses& ms, double lo, double hi) const;
   double lower_bound(const std::uint64_t* s, int depth, const Masses& ms, double lo,
                      double hi) const;
   Entry* solve(const std::uint64_t* s, int depth, double budget, bool frontier, double lo,
