@@ -57,7 +57,7 @@ std::shared_ptr<PySearch> fit(const py::array& x, const py::array& pos, const py
                               double total_weight, bool integral, double lambda_, int depth,
                               int branch, int loss, double tau, double cost, bool falling,
                               int bound_mode, double bound_value, double time_limit, bool prune,
-                              bool ignore_trivial, int max_leaves,
+                              bool ignore_trivial, int max_leaves, double memory_limit_mb,
                               const py::object& monitor) {
   if (x.ndim() != 2) throw py::value_error("x: expected a 2-D (m, p) array");
   const auto m = static_cast<std::size_t>(x.shape(0));
@@ -97,6 +97,7 @@ std::shared_ptr<PySearch> fit(const py::array& x, const py::array& pos, const py
   cfg.prune = prune;
   cfg.ignore_trivial = ignore_trivial;
   cfg.max_leaves = max_leaves;
+  cfg.memory_limit = memory_limit_mb * 1048576.0;
   PySearch* raw = out.get();
   rml::gravitree::Monitor mon = [raw, monitor](int phase, std::int64_t n_sub) -> bool {
     py::gil_scoped_acquire gil;
@@ -162,6 +163,10 @@ void register_gravitree(py::module_ m) {
                                d["n_pruned_bound"] = st.n_pruned_bound;
                                d["n_pruned_falling"] = st.n_pruned_falling;
                                d["time_optimal_s"] = st.time_optimal_s;
+                               d["memory_mb"] = s.search->memory_bytes() / 1048576.0;
+                               static const char* reasons[] = {"", "time_limit", "memory_limit",
+                                                               "interrupt"};
+                               d["stop_reason"] = reasons[s.search->stop_reason()];
                                d["time_s"] = st.time_s;
                                return d;
                              })
@@ -203,7 +208,8 @@ void register_gravitree(py::module_ m) {
   m.def("fit", &fit, "x"_a, "pos"_a, "tot"_a, "total_weight"_a, "integral"_a, "lambda_"_a,
         "depth"_a, "branch"_a, "loss"_a, "tau"_a, "cost"_a, "falling"_a, "bound_mode"_a,
         "bound_value"_a, "time_limit"_a, "prune"_a,
-        "ignore_trivial"_a = false, "max_leaves"_a = -1, "monitor"_a = py::none(),
+        "ignore_trivial"_a = false, "max_leaves"_a = -1,
+        "memory_limit_mb"_a = 0.0, "monitor"_a = py::none(),
         "Optimal pass then Rashomon enumeration over deduplicated binary rows "
         "(x: (m, p) uint8, pos/tot: (m,) masses). Releases the GIL while searching.");
 }

@@ -209,20 +209,29 @@ double Search::one_sided_loss(const Masses& ms, double lo, double hi) const {
 
 bool Search::should_stop(int phase) {
   if (interrupted_) return true;
+  if (cfg_.memory_limit > 0 && bytes_ > cfg_.memory_limit) {
+    interrupted_ = true;
+    stop_reason_ = 2;
+    return true;
+  }
   if ((++tick_ & 255) != 0) return false;
   const double t = now_s();
   if (cfg_.time_limit > 0 && t - start_ > cfg_.time_limit) {
     interrupted_ = true;
+    stop_reason_ = 1;
     return true;
   }
   if (monitor_ && t - last_monitor_ > 0.1) {
     last_monitor_ = t;
-    if (monitor_(phase, stats_.n_subproblems)) interrupted_ = true;
+    if (monitor_(phase, stats_.n_subproblems)) {
+      interrupted_ = true;
+      stop_reason_ = 3;
+    }
   }
   return interrupted_;
 }
 
-void Search::finalize(Entry* e, std::vector<Rec>& recs, bool frontier) const {
+void Search::finalize(Entry* e, std::vector<Rec>& recs, bool frontier) {
   for (Rec& r : recs) r.obj = r.loss / prob_.total_weight + cfg_.lambda * r.leaves;
   std::stable_sort(recs.begin(), recs.end(),
                    [](const Rec& a, const Rec& b) { return a.obj < b.obj; });
@@ -243,6 +252,10 @@ void Search::finalize(Entry* e, std::vector<Rec>& recs, bool frontier) const {
     recs.swap(kept);
   }
   e->recs = std::move(recs);
+  double b = static_cast<double>(sizeof(Entry) + e->bits.size() * sizeof(std::uint64_t) +
+                                 e->recs.size() * sizeof(Rec));
+  for (const Rec& r : e->recs) b += static_cast<double>(r.pairs.size() * sizeof(Pair));
+  bytes_ += b;
 }
 
 Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool frontier,

@@ -32,6 +32,7 @@ struct Config {
   int bound_mode = 1;     // 0 optimal only, 1 multiplier, 2 adder, 3 absolute
   double bound_value = 0.05;
   double time_limit = 0;  // seconds; <= 0 means none
+  double memory_limit = 0;  // bytes of search state; <= 0 means none
   bool prune = true;      // lower-bound pruning and orientation forcing (F1)
   bool ignore_trivial = false;  // drop splits into two leaves with the same prediction
 };
@@ -108,6 +109,9 @@ class Search {
   u128 n_trees() const { return n_trees_; }
   bool complete() const { return complete_; }
   bool interrupted() const { return interrupted_; }
+  // 0 = not stopped, 1 = time limit, 2 = memory limit, 3 = monitor (Ctrl-C / callback)
+  int stop_reason() const { return stop_reason_; }
+  double memory_bytes() const { return bytes_; }
   const Stats& stats() const { return stats_; }
   int n_records() const { return static_cast<int>(root_recs_); }
   double record_objective(int k) const;
@@ -128,7 +132,7 @@ class Search {
   Entry* solve(const std::uint64_t* s, int depth, double budget, bool frontier, double lo,
                double hi);
   Entry* lookup(const std::uint64_t* s, int depth, bool frontier) const;
-  void finalize(Entry* e, std::vector<Rec>& recs, bool frontier) const;
+  void finalize(Entry* e, std::vector<Rec>& recs, bool frontier);
   bool should_stop(int phase);
   std::int32_t build(const Entry* e, int k, u128 index, Tree& out) const;
   std::uint64_t hash(const std::uint64_t* s, int depth) const;
@@ -153,6 +157,8 @@ class Search {
   Entry* root_entry_ = nullptr;
   std::size_t root_recs_ = 0;
   bool complete_ = true, interrupted_ = false;
+  int stop_reason_ = 0;
+  double bytes_ = 0;  // approximate size of the memo (entries, records, pairs)
   Stats stats_;
   int phase_ = 0;
   std::int64_t tick_ = 0;

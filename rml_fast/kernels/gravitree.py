@@ -82,6 +82,7 @@ class GraviTreeProblem:
     prune: bool
     ignore_trivial: bool = False
     max_leaves: int = -1  # -1 = unlimited
+    memory_limit: float = 0.0  # MiB of search state; <= 0: none
 
 
 def prepare_problem(
@@ -103,6 +104,7 @@ def prepare_problem(
     prune: bool = True,
     ignore_trivial_extensions: bool = False,
     max_leaves: int | None = None,
+    memory_limit: float | None = None,
 ) -> GraviTreeProblem:
     """Validate the inputs of :func:`gravitree_fit` and deduplicate the rows.
 
@@ -137,6 +139,8 @@ def prepare_problem(
     lam = float(check_scalar(regularization, "regularization", Interval("real", 0, None)))
     depth = int(check_scalar(depth, "depth", Interval("int", 1, 64)))
     br = -1 if branch is None else int(check_scalar(branch, "branch", Interval("int", 0, None)))
+    mem = 0.0 if memory_limit is None else float(
+        check_scalar(memory_limit, "memory_limit", Interval("real", 0, None, "neither")))
     ml = -1 if max_leaves is None else int(
         check_scalar(max_leaves, "max_leaves", Interval("int", 1, None)))
     if loss not in LOSSES:
@@ -171,7 +175,7 @@ def prepare_problem(
         integral=integral, regularization=lam, depth=depth, branch=br, loss=LOSSES[loss],
         tau=tau, cost=cost, falling=bool(falling), bound_mode=BOUND_MODES[bound_mode],
         bound_value=bval, max_trees=max_trees, time_limit=tl, prune=bool(prune),
-        ignore_trivial=bool(ignore_trivial_extensions), max_leaves=ml)
+        ignore_trivial=bool(ignore_trivial_extensions), max_leaves=ml, memory_limit=mem)
 
 
 # --- objective pieces shared by the reference and the result checks -------------------------
@@ -224,7 +228,8 @@ class GraviTreeResult:
         are valid members of the set but the set may be incomplete.
     stats : dict
         Search counters (``n_subproblems``, ``n_expansions``, ``n_pruned_bound``,
-        ``n_pruned_falling``, ``time_s``).
+        ``n_pruned_falling``, ``time_optimal_s``, ``time_s``, ``memory_mb``) and
+        ``stop_reason`` ("", "time_limit", "memory_limit" or "interrupt").
     """
 
     def __init__(
@@ -461,7 +466,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
             prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
             prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau, prob.cost,
             prob.falling, prob.bound_mode, prob.bound_value, prob.time_limit, prob.prune,
-            prob.ignore_trivial, prob.max_leaves, monitor)
+            prob.ignore_trivial, prob.max_leaves, prob.memory_limit, monitor)
     finally:
         if monitor is not None:
             monitor.close()
@@ -523,6 +528,7 @@ def gravitree_fit(
     prune: bool = True,
     ignore_trivial_extensions: bool = False,
     max_leaves: int | None = None,
+    memory_limit: float | None = None,
     progress: bool = False,
     backend: str = "auto",
 ) -> GraviTreeResult:
@@ -570,6 +576,9 @@ def gravitree_fit(
         ``rashomon_ignore_trivial_extensions``, whose default there is True).
     max_leaves : int or None, default=None
         Maximum number of leaves (the alternative reading of the paper's budget; PROPOSED).
+    memory_limit : float, optional
+        MiB of search state (memo entries, records, pairs); when exceeded the search stops
+        like at the time limit (``complete=False``, ``stats["stop_reason"]``).
     progress : bool, default=False
         Show a progress bar (native backend).
     backend : {"auto", "native", "reference"}, default="auto"
@@ -605,7 +614,8 @@ def gravitree_fit(
         X, y, sample_weight, regularization=regularization, depth=depth, branch=branch,
         loss=loss, tau=tau, fn_cost=fn_cost, falling=falling, bound_mode=bound_mode,
         bound_value=bound_value, max_trees=max_trees, time_limit=time_limit, prune=prune,
-        ignore_trivial_extensions=ignore_trivial_extensions, max_leaves=max_leaves)
+        ignore_trivial_extensions=ignore_trivial_extensions, max_leaves=max_leaves,
+        memory_limit=memory_limit)
     if not isinstance(progress, (bool, np.bool_)):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     return _fit(prob, device=NUMPY, backend=backend, progress=bool(progress))

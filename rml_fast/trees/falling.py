@@ -107,15 +107,23 @@ def _search(est: Any, X: Any, y: Any, sample_weight: Any, *, bound_mode: str,
         branch=est.branch_budget, loss=est.loss, tau=est.tau, fn_cost=est.fn_cost,
         falling=est.falling, bound_mode=bound_mode, bound_value=bound_value,
         max_trees=max_trees, time_limit=est.time_limit, progress=est.progress,
-        ignore_trivial_extensions=est.ignore_trivial_extensions, max_leaves=est.leaf_budget)
+        ignore_trivial_extensions=est.ignore_trivial_extensions, max_leaves=est.leaf_budget,
+        memory_limit=est.memory_limit)
     return res
 
 
 def _report_incomplete(est: Any, res: GraviTreeResult) -> None:
     if res.complete or est.on_incomplete == "ignore":
         return
-    why = ("interrupted (Ctrl-C)" if res.stats.get("keyboard_interrupt")
-           else f"time limit of {est.time_limit} s reached")
+    reason = res.stats.get("stop_reason", "")
+    if res.stats.get("keyboard_interrupt"):
+        why = "interrupted (Ctrl-C)"
+    elif reason == "memory_limit":
+        why = f"memory limit of {est.memory_limit} MiB reached"
+    elif reason == "time_limit":
+        why = f"time limit of {est.time_limit} s reached"
+    else:
+        why = "stopped by the progress callback"
     msg = (f"{type(est).__name__}: search {why}; the {res.n_trees} trees returned are valid "
            "but the result may be incomplete (complete_=False)")
     if est.on_incomplete == "raise":
@@ -141,6 +149,8 @@ _COMMON_DOC = """
         False: unconstrained sparse trees (TreeFARMS problem, same objective).
     time_limit : float or None, default=None
         Seconds; the search then stops and the result is flagged incomplete.
+    memory_limit : float or None, default=None
+        MiB of search state; when exceeded the search stops like at the time limit.
     n_threads : int, default=1
         Accepted for API stability; the search currently runs on one thread (its output
         is deterministic).
@@ -197,7 +207,7 @@ class FallingTreeClassifier(_Params):
                  time_limit: float | None = None, n_threads: int = 1,
                  on_incomplete: str = "warn", progress: bool = True,
                  ignore_trivial_extensions: bool = False,
-                 leaf_budget: int | None = None) -> None:
+                 leaf_budget: int | None = None, memory_limit: float | None = None) -> None:
         self.regularization = regularization
         self.depth_budget = depth_budget
         self.branch_budget = branch_budget
@@ -211,6 +221,7 @@ class FallingTreeClassifier(_Params):
         self.progress = progress
         self.ignore_trivial_extensions = ignore_trivial_extensions
         self.leaf_budget = leaf_budget
+        self.memory_limit = memory_limit
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> FallingTreeClassifier:
         """Fit an optimal falling tree to 0/1 ``X`` of shape (n, p) and 0/1 ``y`` of shape (n,)."""
@@ -311,7 +322,7 @@ class FallingRashomonSet(_Params):
                  max_trees: int = 10**7, time_limit: float | None = None,
                  n_threads: int = 1, on_incomplete: str = "warn", progress: bool = True,
                  ignore_trivial_extensions: bool = False,
-                 leaf_budget: int | None = None) -> None:
+                 leaf_budget: int | None = None, memory_limit: float | None = None) -> None:
         self.regularization = regularization
         self.depth_budget = depth_budget
         self.branch_budget = branch_budget
@@ -329,6 +340,7 @@ class FallingRashomonSet(_Params):
         self.progress = progress
         self.ignore_trivial_extensions = ignore_trivial_extensions
         self.leaf_budget = leaf_budget
+        self.memory_limit = memory_limit
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> FallingRashomonSet:
         """Find the optimum and the whole Rashomon set on 0/1 ``X`` (n, p) and ``y`` (n,)."""

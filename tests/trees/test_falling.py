@@ -203,6 +203,20 @@ def test_incomplete_search_warns_or_raises():
     assert not quiet.complete_
 
 
+def test_memory_limit_stops_with_a_valid_partial_set():
+    X, y = _data(12, 3000, 30)
+    est = FallingRashomonSet(depth_budget=4, regularization=0.001, rashomon_multiplier=0.3,
+                             memory_limit=1.0, progress=False)
+    with pytest.warns(IncompleteSearchWarning, match="memory limit"):
+        est.fit(X, y)
+    assert not est.complete_
+    assert est.stats_["stop_reason"] == "memory_limit"
+    assert len(est) >= 1
+    for i in range(min(len(est), 5)):
+        assert est[i].is_falling
+        assert est[i].objective <= est.theta_
+
+
 @pytest.mark.parametrize(
     ("est", "X", "y", "match"),
     [
