@@ -90,6 +90,18 @@ class _Params:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
+    _estimator_type: str | None = None
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn (>= 1.6) estimator tags, built lazily so sklearn stays optional."""
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        classifier = self._estimator_type == "classifier"
+        return Tags(estimator_type=self._estimator_type,
+                    target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags(multi_class=False) if classifier else None,
+                    input_tags=InputTags())
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "result_"):
             raise RuntimeError(f"This {type(self).__name__} instance is not fitted yet; "
@@ -200,6 +212,8 @@ class FallingTreeClassifier(_Params):
     ['if a == 1 then risk = 1.000 (predict 1)', 'else if a == 0 and b == 0 then risk = 1.000 (predict 1)', \
 'else risk = 0.000 (predict 0)']
     """
+
+    _estimator_type = "classifier"
 
     def __init__(self, regularization: float = 0.01, depth_budget: int = 4,
                  branch_budget: int | None = None, loss: str = "misclassification",

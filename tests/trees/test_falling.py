@@ -269,6 +269,18 @@ def test_params_protocol_and_sklearn_clone():
     assert twin is not est
 
 
+def test_sklearn_cross_validation():
+    pytest.importorskip("sklearn")
+    from sklearn.model_selection import cross_val_score
+
+    X, y = _data(13, 200, 5)
+    est = FallingTreeClassifier(depth_budget=2, progress=False)
+    acc = cross_val_score(est, X, y, cv=3)
+    auc = cross_val_score(est, X, y, cv=3, scoring="roc_auc")
+    assert acc.shape == auc.shape == (3,)
+    assert np.all((acc > 0.5) & (auc > 0.5))
+
+
 def test_fn_cost_moves_threshold():
     X, y = _data(10, 200, 5)
     clf = FallingTreeClassifier(depth_budget=2, fn_cost=3.0, progress=False).fit(X, y)
