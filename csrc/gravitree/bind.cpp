@@ -58,6 +58,7 @@ std::shared_ptr<PySearch> fit(const py::array& x, const py::array& pos, const py
                               int branch, int loss, double tau, double cost, bool falling,
                               int bound_mode, double bound_value, double time_limit, bool prune,
                               bool ignore_trivial, int max_leaves, double memory_limit_mb,
+                              int n_threads,
                               const py::object& monitor) {
   if (x.ndim() != 2) throw py::value_error("x: expected a 2-D (m, p) array");
   const auto m = static_cast<std::size_t>(x.shape(0));
@@ -98,6 +99,8 @@ std::shared_ptr<PySearch> fit(const py::array& x, const py::array& pos, const py
   cfg.ignore_trivial = ignore_trivial;
   cfg.max_leaves = max_leaves;
   cfg.memory_limit = memory_limit_mb * 1048576.0;
+  if (n_threads < 1) throw py::value_error("n_threads must be >= 1");
+  cfg.n_threads = n_threads;
   PySearch* raw = out.get();
   rml::gravitree::Monitor mon = [raw, monitor](int phase, std::int64_t n_sub) -> bool {
     py::gil_scoped_acquire gil;
@@ -209,7 +212,7 @@ void register_gravitree(py::module_ m) {
         "depth"_a, "branch"_a, "loss"_a, "tau"_a, "cost"_a, "falling"_a, "bound_mode"_a,
         "bound_value"_a, "time_limit"_a, "prune"_a,
         "ignore_trivial"_a = false, "max_leaves"_a = -1,
-        "memory_limit_mb"_a = 0.0, "monitor"_a = py::none(),
+        "memory_limit_mb"_a = 0.0, "n_threads"_a = 1, "monitor"_a = py::none(),
         "Optimal pass then Rashomon enumeration over deduplicated binary rows "
         "(x: (m, p) uint8, pos/tot: (m,) masses). Releases the GIL while searching.");
 }

@@ -348,11 +348,17 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
   };
   const int p = prob_.p;
   std::vector<std::uint64_t> kids(2 * static_cast<std::size_t>(p) * W);
-  std::vector<Cand> cands;
-  for (int j = 0; j < p; ++j) {
+  // Candidate splits: child bitsets, masses, orientation (F1), intervals and lower bounds.
+  // Each feature writes its own slots, so running the features on several threads gives the
+  // same candidates in the same order (deterministic output for any n_threads).
+  std::vector<Cand> slots(2 * static_cast<std::size_t>(p));
+  std::vector<std::int8_t> used(2 * static_cast<std::size_t>(p), 0);
+  std::vector<std::int64_t> pruned(2 * static_cast<std::size_t>(p), 0);  // [bound, falling]
+  auto gen = [&](int j) {
     std::uint64_t* s1 = kids.data() + 2 * static_cast<std::size_t>(j) * W;
     std::uint64_t* s0 = s1 + W;
     const std::uint64_t* f = feat_.data() + static_cast<std::size_t>(j) * W;
+    const auto ju = static_cast<std::size_t>(j);
     bool any1 = false, any0 = false;
     for (std::size_t w = 0; w < W; ++w) {
       s1[w] = s[w] & f[w];
@@ -360,7 +366,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
       any1 |= s1[w] != 0;
       any0 |= s0[w] != 0;
     }
-    if (!any1 || !any0) continue;
+    if (!any1 || !any0) return;
     const Masses m1 = masses(s1);
     // integer masses: the complement's masses are exact differences
     const Masses m0 = prob_.integral && use_planes_
@@ -371,18 +377,19 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
     if (cfg_.falling) {
       if (cfg_.prune) {
         orients[0] = r1 >= r0 ? 1 : 0;
-        ++stats_.n_pruned_falling;  // the other orientation is never explored (F1)
+        ++pruned[2 * ju + 1];  // the other orientation is never explored (F1)
       } else if (r1 != r0) {
         orients[1] = 0;  // ties: x_j = 1 first is the canonical orientation
       }
     }
-    for (int o : orients) {
+    for (int k = 0; k < 2; ++k) {
+      const int o = orients[k];
       if (o < 0) continue;
       const Masses& mp = o == 1 ? m1 : m0;
       const Masses& msec = o == 1 ? m0 : m1;
       Cand c{j, o, 0.0, 0.0, o == 1 ? r1 : r0, o == 1 ? r0 : r1};
       if (intervals && (c.rp > hi || c.rs < lo)) {
-        ++stats_.n_pruned_falling;
+        ++pruned[2 * ju + 1];
         continue;
       }
       if (cfg_.prune) {
@@ -391,12 +398,31 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
         c.lbp = lower_bound(o == 1 ? s1 : s0, depth - 1, mp, lo_p, intervals ? hi : 2.0);
         c.lbs = lower_bound(o == 1 ? s0 : s1, depth - 1, msec, intervals ? lo : -1.0, hi_s);
         if (c.lbp + c.lbs > split_budget + kTol) {
-          ++stats_.n_pruned_bound;
+          ++pruned[2 * ju];
           continue;
         }
       }
-      cands.push_back(c);
+      slots[2 * ju + static_cast<std::size_t>(k)] = c;
+      used[2 * ju + static_cast<std::size_t>(k)] = 1;
     }
+  };
+  // Threads pay off only when each feature costs enough (many distinct rows).
+  const bool threaded = cfg_.n_threads > 1 && static_cast<std::size_t>(p) * W >= 8192;
+  if (threaded) {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cfg_.n_threads) schedule(static)
+#endif
+    for (int j = 0; j < p; ++j) gen(j);
+  } else {
+    for (int j = 0; j < p; ++j) gen(j);
+  }
+  std::vector<Cand> cands;
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    if (used[k]) cands.push_back(slots[k]);
+  }
+  for (std::size_t j = 0; j < static_cast<std::size_t>(p); ++j) {
+    stats_.n_pruned_bound += pruned[2 * j];
+    stats_.n_pruned_falling += pruned[2 * j + 1];
   }
   // Only the objective matters when the frontier is one-dimensional, and at the root of the
   // optimal pass: there the budget shrinks to the best tree found so far (GOSDT-style).

@@ -33,6 +33,7 @@ struct Config {
   double bound_value = 0.05;
   double time_limit = 0;  // seconds; <= 0 means none
   double memory_limit = 0;  // bytes of search state; <= 0 means none
+  int n_threads = 1;        // threads for the candidate splits of large subproblems
   bool prune = true;      // lower-bound pruning and orientation forcing (F1)
   bool ignore_trivial = false;  // drop splits into two leaves with the same prediction
 };

@@ -83,6 +83,7 @@ class GraviTreeProblem:
     ignore_trivial: bool = False
     max_leaves: int = -1  # -1 = unlimited
     memory_limit: float = 0.0  # MiB of search state; <= 0: none
+    n_threads: int = 1
 
 
 def prepare_problem(
@@ -105,6 +106,7 @@ def prepare_problem(
     ignore_trivial_extensions: bool = False,
     max_leaves: int | None = None,
     memory_limit: float | None = None,
+    n_threads: int = 1,
 ) -> GraviTreeProblem:
     """Validate the inputs of :func:`gravitree_fit` and deduplicate the rows.
 
@@ -141,6 +143,7 @@ def prepare_problem(
     br = -1 if branch is None else int(check_scalar(branch, "branch", Interval("int", 0, None)))
     mem = 0.0 if memory_limit is None else float(
         check_scalar(memory_limit, "memory_limit", Interval("real", 0, None, "neither")))
+    n_threads = int(check_scalar(n_threads, "n_threads", Interval("int", 1, 1024)))
     ml = -1 if max_leaves is None else int(
         check_scalar(max_leaves, "max_leaves", Interval("int", 1, None)))
     if loss not in LOSSES:
@@ -175,7 +178,8 @@ def prepare_problem(
         integral=integral, regularization=lam, depth=depth, branch=br, loss=LOSSES[loss],
         tau=tau, cost=cost, falling=bool(falling), bound_mode=BOUND_MODES[bound_mode],
         bound_value=bval, max_trees=max_trees, time_limit=tl, prune=bool(prune),
-        ignore_trivial=bool(ignore_trivial_extensions), max_leaves=ml, memory_limit=mem)
+        ignore_trivial=bool(ignore_trivial_extensions), max_leaves=ml, memory_limit=mem,
+        n_threads=n_threads)
 
 
 # --- objective pieces shared by the reference and the result checks -------------------------
@@ -466,7 +470,7 @@ def _fit_native(prob: GraviTreeProblem, *, device: Any,
             prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
             prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau, prob.cost,
             prob.falling, prob.bound_mode, prob.bound_value, prob.time_limit, prob.prune,
-            prob.ignore_trivial, prob.max_leaves, prob.memory_limit, monitor)
+            prob.ignore_trivial, prob.max_leaves, prob.memory_limit, prob.n_threads, monitor)
     finally:
         if monitor is not None:
             monitor.close()
@@ -529,6 +533,7 @@ def gravitree_fit(
     ignore_trivial_extensions: bool = False,
     max_leaves: int | None = None,
     memory_limit: float | None = None,
+    n_threads: int = 1,
     progress: bool = False,
     backend: str = "auto",
 ) -> GraviTreeResult:
@@ -579,6 +584,9 @@ def gravitree_fit(
     memory_limit : float, optional
         MiB of search state (memo entries, records, pairs); when exceeded the search stops
         like at the time limit (``complete=False``, ``stats["stop_reason"]``).
+    n_threads : int, default=1
+        OpenMP threads for the candidate splits of large subproblems (many distinct rows);
+        the output is identical for every thread count.
     progress : bool, default=False
         Show a progress bar (native backend).
     backend : {"auto", "native", "reference"}, default="auto"
@@ -615,7 +623,7 @@ def gravitree_fit(
         loss=loss, tau=tau, fn_cost=fn_cost, falling=falling, bound_mode=bound_mode,
         bound_value=bound_value, max_trees=max_trees, time_limit=time_limit, prune=prune,
         ignore_trivial_extensions=ignore_trivial_extensions, max_leaves=max_leaves,
-        memory_limit=memory_limit)
+        memory_limit=memory_limit, n_threads=n_threads)
     if not isinstance(progress, (bool, np.bool_)):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     return _fit(prob, device=NUMPY, backend=backend, progress=bool(progress))

@@ -113,14 +113,13 @@ def _search(est: Any, X: Any, y: Any, sample_weight: Any, *, bound_mode: str,
     if est.on_incomplete not in ("warn", "raise", "ignore"):
         raise ValueError("on_incomplete must be 'warn', 'raise' or 'ignore', "
                          f"got {est.on_incomplete!r}")
-    check_scalar(est.n_threads, "n_threads", Interval("int", 1, None))
     res = gravitree_fit(
         X, y, sample_weight, regularization=est.regularization, depth=est.depth_budget,
         branch=est.branch_budget, loss=est.loss, tau=est.tau, fn_cost=est.fn_cost,
         falling=est.falling, bound_mode=bound_mode, bound_value=bound_value,
         max_trees=max_trees, time_limit=est.time_limit, progress=est.progress,
         ignore_trivial_extensions=est.ignore_trivial_extensions, max_leaves=est.leaf_budget,
-        memory_limit=est.memory_limit)
+        memory_limit=est.memory_limit, n_threads=est.n_threads)
     return res
 
 
@@ -164,8 +163,8 @@ _COMMON_DOC = """
     memory_limit : float or None, default=None
         MiB of search state; when exceeded the search stops like at the time limit.
     n_threads : int, default=1
-        Accepted for API stability; the search currently runs on one thread (its output
-        is deterministic).
+        OpenMP threads for the candidate splits of large subproblems; the output is the
+        same for every thread count (the recursion itself is sequential).
     on_incomplete : {"warn", "raise", "ignore"}, default="warn"
         What to do when the time limit or Ctrl-C stops the search: warn
         (:class:`IncompleteSearchWarning`) and keep the partial result, raise

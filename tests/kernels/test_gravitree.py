@@ -283,3 +283,17 @@ def test_float_weights_match_brute_force(falling):
     assert _strings(nat) == _strings(ref)
     for i in range(len(nat)):
         _check_tree(nat.tree(i), X, y, w, lam=0.01, depth=3, branch=None, falling=falling)
+
+
+def test_threads_give_identical_output():
+    # 18000 distinct rows x 30 features: large enough for the threaded candidate generation
+    rng = np.random.default_rng(18)
+    X = rng.integers(0, 2, size=(18000, 30))
+    y = (rng.random(18000) < 0.2 + 0.5 * X[:, 0] * X[:, 1] + 0.2 * X[:, 2]).astype(np.int64)
+    kw = dict(depth=2, regularization=0.002, bound_value=0.05)
+    one = gravitree_fit(X, y, n_threads=1, **kw)
+    two = gravitree_fit(X, y, n_threads=2, **kw)
+    assert len(one) == len(two) > 1
+    assert [canonical_string(one.tree(i), oriented=True) for i in range(len(one))] == [
+        canonical_string(two.tree(i), oriented=True) for i in range(len(two))]
+    assert one.stats["n_subproblems"] == two.stats["n_subproblems"]
