@@ -305,7 +305,7 @@ class FallingRashomonSet(_Params):
     Attributes
     ----------
     n_trees_ : int
-        Exact size of the set (a Python int, may be huge).
+        Exact size of the set (a Python int, may be huge; ``len()`` works below ``2**63``).
     objectives_ : ndarray of shape (min(n_trees_, max_trees),), float64, sorted
     optimal_objective_ : float
     theta_ : float
