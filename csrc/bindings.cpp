@@ -9,6 +9,7 @@ void register_random(py::module_ m);
 void register_sgg(py::module_ m);
 void register_clip(py::module_ m);
 void register_lasso(py::module_ m);
+void register_gravitree(py::module_ m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "rml_fast native kernels (C++17, pybind11)";
@@ -16,6 +17,7 @@ PYBIND11_MODULE(_C, m) {
   register_sgg(m.def_submodule("sgg"));
   register_clip(m.def_submodule("clip"));
   register_lasso(m.def_submodule("lasso"));
+  register_gravitree(m.def_submodule("gravitree"));
 
   m.def("build_info", [] {
     py::dict info;

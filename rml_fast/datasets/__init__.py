@@ -1,0 +1,7 @@
+"""Small real data sets shipped inside the package (no download)."""
+
+from __future__ import annotations
+
+from rml_fast.datasets.tabular import BINARIZED_DATASETS, load_binarized
+
+__all__ = ["BINARIZED_DATASETS", "load_binarized"]
