@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+if not torch.cuda.is_available():  # run the Triton kernels in the CPU interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from rml_fast.kernels.nudft import (
     FrequencyGrid,
     NUDFTPlan,
