@@ -150,6 +150,9 @@ void load_point(const T* x, int dim, double* out) {
 constexpr std::int64_t kPointTile = 64;   // points per phase tile (type 1)
 constexpr std::int64_t kQueryTile = 32;   // points per phase tile (type 2)
 constexpr std::int64_t kFreqChunk = 256;  // frequencies per task (type 1)
+// Below this many multiply-adds a transform runs on the calling thread: waking an OpenMP team
+// costs more than it saves, and on a busy machine a team waits for its slowest member.
+constexpr std::int64_t kSerialWork = std::int64_t(1) << 24;
 
 }  // namespace
 
@@ -165,8 +168,9 @@ void type1(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t 
   chunks = std::max<std::int64_t>(chunks, 1);
   const std::int64_t fc_size = (F + chunks - 1) / chunks;
   const std::int64_t tasks = B * chunks;
+  const bool parallel = B * N * F * (C + 1) >= kSerialWork && tasks > 1;
 
-#pragma omp parallel
+#pragma omp parallel if (parallel)
   {
     PointPowers pw(grid);
     std::vector<T> A(static_cast<std::size_t>(2 * fc_size * kPointTile));
@@ -220,7 +224,8 @@ void type2(const T* x, const T* re, const T* im, const T* w, std::int64_t B, std
   const int d = grid.dim;
   const std::int64_t mchunks = (M + kQueryTile - 1) / kQueryTile;
   const std::int64_t tasks = B * mchunks;
-#pragma omp parallel
+  const bool parallel = B * M * F * O >= kSerialWork && tasks > 1;
+#pragma omp parallel if (parallel)
   {
     PointPowers pw(grid);
     std::vector<T> A(static_cast<std::size_t>(2 * F * kQueryTile));

@@ -98,28 +98,30 @@ def test_train_rejects_bad_arguments() -> None:
 
 @pytest.mark.slow
 def test_trained_sfconvcnp_approaches_gp_oracle(tmp_path) -> None:
-    """Train a small SFConvCNP on GP-RBF tasks for a bounded time (about 3 minutes on 2 cores)
-    and compare the held-out query log-likelihood to the exact GP oracle (the factorised
-    predictive with the true hyper-parameters): the model must not beat the oracle by more than
-    the sampling noise of the test set, and must come within 0.35 nats per point of it
-    (an untrained model is about 1.3 nats per point below it)."""
+    """Train a small SFConvCNP (C=32, L=2) on GP-RBF tasks for a fixed budget of 600 steps
+    (about 1-2 minutes on 2 free cores; a 25-minute time cap guards CI) and compare the held-out
+    query log-likelihood with the exact GP oracle (the factorised predictive with the true
+    hyper-parameters, 128 targets per task, 128 tasks). Stated margin: within 0.45 nats per point
+    of the oracle (an untrained model is about 1.9 nats below it); and not above the oracle by
+    more than the sampling noise of the test set (0.05)."""
     torch.manual_seed(0)
-    model = SFConvCNP(embed_channels=64, feedforward_channels=128, num_layers=3, groups=4)
+    model = SFConvCNP(embed_channels=32, feedforward_channels=64, num_layers=2, groups=4)
     test = GPGenerator("rbf", batch_size=16, num_target=128, rng=2026).batches(8)
     oracle = float(np.mean([batch_oracle_loglik(b) for b in test]))
     before = evaluate(model, test)["loglik"]
     res = train(
         model,
-        GPGenerator("rbf", batch_size=16, rng=0),
-        epochs=30,
+        GPGenerator("rbf", batch_size=16, rng=1),
+        epochs=12,
         batches_per_epoch=50,
-        lr=1e-3,
-        time_limit=180.0,
+        lr=2e-3,
+        min_lr=1e-5,
+        time_limit=1500.0,
         checkpoint_dir=tmp_path,
         progress=False,
     )
     after = evaluate(model, test)["loglik"]
-    assert res.epochs_done >= 1
+    assert res.stopped == "finished"
     assert after < oracle + 0.05
-    assert after > oracle - 0.35, (after, oracle, before)
-    assert after > before + 0.5
+    assert after > oracle - 0.45, (after, oracle, before)
+    assert after > before + 1.0
