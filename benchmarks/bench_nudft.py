@@ -67,10 +67,19 @@ class _PeerPlan:
         return full[..., self.grid.K[1] :].flatten(-2)
 
     def type1(self, v: torch.Tensor, *, density: bool = True):
-        vals = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1).transpose(1, 2).to(torch.complex64)
+        vals = (
+            torch.cat([v, torch.ones_like(v[..., :1])], dim=-1).transpose(1, 2).to(torch.complex64)
+        )
         full = self._t1(self._theta["kv"], vals)  # (B, C+1, modes)
         half = self._keep_half(full).transpose(1, 2)  # (B, F, C+1)
         return half[..., :-1], half[..., -1]
+
+    def type1_planes(self, v: torch.Tensor, *, density: bool = True):
+        Z, D = self.type1(v)
+        return Z.real, Z.imag, D.real, D.imag
+
+    def type2_planes(self, re: torch.Tensor, im: torch.Tensor, at: str = "q") -> torch.Tensor:
+        return self.type2(torch.complex(re, im), at)
 
     def type2(self, yhat: torch.Tensor, at: str = "q") -> torch.Tensor:
         full = _hermitian_full(yhat.transpose(1, 2), self.grid) * self.grid.dV  # (B, O, modes)
@@ -82,7 +91,9 @@ class _FinufftPlan(_PeerPlan):
         from pytorch_finufft.functional import finufft_type1
 
         out = [
-            finufft_type1(theta[b].T.contiguous(), vals[b].contiguous(), self.modes, isign=-1, modeord=0)
+            finufft_type1(
+                theta[b].T.contiguous(), vals[b].contiguous(), self.modes, isign=-1, modeord=0
+            )
             for b in range(theta.shape[0])
         ]
         return torch.stack(out)
@@ -90,7 +101,10 @@ class _FinufftPlan(_PeerPlan):
     def _t2(self, theta, full):
         from pytorch_finufft.functional import finufft_type2
 
-        out = [finufft_type2(theta[b].T.contiguous(), full[b], isign=1, modeord=0) for b in range(theta.shape[0])]
+        out = [
+            finufft_type2(theta[b].T.contiguous(), full[b], isign=1, modeord=0)
+            for b in range(theta.shape[0])
+        ]
         return torch.stack(out)
 
 
@@ -185,7 +199,12 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     ours = _layer(case, "native")
     ours_step = _step(ours, xc, xq, z)
     if case.get("kind") == "scaling":
-        suite.compare(case, ours_step, _attention_step(case, xc, xq, z), peer_name="self-attention (TNP, SDPA)")
+        suite.compare(
+            case,
+            ours_step,
+            _attention_step(case, xc, xq, z),
+            peer_name="self-attention (TNP, SDPA)",
+        )
         return
     ref = _layer(case, "reference")
     suite.compare(case, ours_step, _step(ref, xc, xq, z), peer_name="einsum (materialised phases)")
@@ -199,7 +218,9 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                 continue
             peer = _layer(case, "reference")
             note = _check_peer(ours, peer, xc, xq, z, plan_cls)
-            suite.compare(case, ours_step, _step(peer, xc, xq, z, plan_cls), peer_name=name, note=note)
+            suite.compare(
+                case, ours_step, _step(peer, xc, xq, z, plan_cls), peer_name=name, note=note
+            )
 
 
 def cases(quick: bool = False) -> list[dict[str, Any]]:
@@ -208,7 +229,10 @@ def cases(quick: bool = False) -> list[dict[str, Any]]:
         return [dict(one, B=16, N=50, M=128, C=128, peers="fast")]
     out = [dict(one, N=n, M=m, C=128) for n in (50, 500, 5000) for m in (128, 1000)]
     out.append(dict(one, N=500, M=128, C=288))
-    out += [dict(kind="layer", d=2, B=16, G=128, N=n, M=1024, C=256, peers=n == 256) for n in (256, 1024)]
+    out += [
+        dict(kind="layer", d=2, B=16, G=128, N=n, M=1024, C=256, peers=n == 256)
+        for n in (256, 1024)
+    ]
     out += [dict(kind="scaling", d=1, B=8, G=4, N=n, M=128, C=128) for n in (256, 1024, 4096)]
     return out
 

@@ -689,22 +689,43 @@ class NUDFTPlan:
         self, v: torch.Tensor, *, density: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:func:`nudft_type1` of values ``v`` of shape (B, N, C) at ``x_kv``."""
-        if self.backend != "reference":
-            return nudft_type1(self.x_kv, v, self.grid, density=density, backend=self.backend)
-        c, s = self._phases(self.x_kv)
-        Z = torch.complex(torch.einsum("bnf,bnc->bfc", c, v), -torch.einsum("bnf,bnc->bfc", s, v))
-        D = torch.complex(c.sum(1), -s.sum(1)) if density else None
-        return Z, D
+        re, im, dre, dim = self.type1_planes(v, density=density)
+        return torch.complex(re, im), (torch.complex(dre, dim) if density else None)
 
     def type2(self, yhat: torch.Tensor, at: str = "q") -> torch.Tensor:
         """:func:`nudft_type2_hermitian` of ``yhat`` of shape (B, F, O) at ``x_q`` ("q") or ``x_kv`` ("kv")."""
+        return self.type2_planes(yhat.real, yhat.imag, at)
+
+    def type1_planes(self, v: torch.Tensor, *, density: bool = True):
+        """Type 1 (sign -1) at ``x_kv`` as real planes ``(re, im, dens_re, dens_im)``, each
+        differentiable; ``dens_*`` are None if ``density=False``. Saves the complex packing."""
+        v = _check_tensor(v, "v", 3)
+        if v.shape[:2] != self.x_kv.shape[:2]:
+            raise ValueError(f"v must have shape (B, N, C) matching x_kv, got {tuple(v.shape)}")
+        if self.backend != "reference":
+            return _type1(
+                self.x_kv,
+                v,
+                self.grid,
+                -1,
+                density,
+                device=device_of(self.x_kv),
+                backend=self.backend,
+            )
+        c, s = self._phases(self.x_kv)
+        re, im = torch.einsum("bnf,bnc->bfc", c, v), -torch.einsum("bnf,bnc->bfc", s, v)
+        if not density:
+            return re, im, None, None
+        return re, im, c.sum(1), -s.sum(1)
+
+    def type2_planes(self, re: torch.Tensor, im: torch.Tensor, at: str = "q") -> torch.Tensor:
+        """Hermitian type 2 of the spectrum ``re + i im`` (each of shape (B, F, O))."""
         if at not in ("q", "kv"):
             raise ValueError(f"at must be 'q' or 'kv', got {at!r}")
         x = self.x_kv if at == "kv" or self.x_q is None else self.x_q
         if self.backend != "reference":
-            return nudft_type2(x, yhat, self.grid, self._w2, sign=1, backend=self.backend)
+            w = self._w2
+            return _type2(x, re, im, w, self.grid, 1, device=device_of(x), backend=self.backend)
         c, s = self._phases(x)
         w = self._w2
-        return torch.einsum("bmf,bfo->bmo", c * w, yhat.real) - torch.einsum(
-            "bmf,bfo->bmo", s * w, yhat.imag
-        )
+        return torch.einsum("bmf,bfo->bmo", c * w, re) - torch.einsum("bmf,bfo->bmo", s * w, im)

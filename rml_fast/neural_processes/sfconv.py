@@ -59,6 +59,11 @@ def _inv_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))
 
 
+def _cmatmul(ar, ai, br, bi):
+    """(ar + i ai) @ (br + i bi) on real planes."""
+    return ar @ br - ai @ bi, ar @ bi + ai @ br
+
+
 def gaussian_envelope(xi: torch.Tensor, lengthscale: torch.Tensor) -> torch.Tensor:
     r"""Fourier transform of the unnormalised Gaussian ``exp(-|x|^2 / (2 ell^2))``.
 
@@ -212,33 +217,49 @@ class SetFourierConv(nn.Module):
         """A :class:`NUDFTPlan` for this layer's grid and backend (share it across layers)."""
         return NUDFTPlan(self.grid, xkv, xq, backend=self.backend)
 
-    def embed(self, zv: torch.Tensor, plan: NUDFTPlan) -> torch.Tensor:
-        """Type 1, envelope and density channel: ``E`` of shape (B, F, 2C), complex."""
-        Z, D = plan.type1(zv, density=True)
-        g = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(
-            Z.real.dtype
-        )
-        Ed, Ez = D[..., None] * g, Z * g
+    def embed(self, zv: torch.Tensor, plan: NUDFTPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """Type 1, envelope and density channel: ``E`` of shape (B, F, 2C) as (real, imag) planes."""
+        re, im, dre, dim = plan.type1_planes(zv, density=True)
+        g = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
+        parts_re = (dre[..., None] * g, re * g)
+        parts_im = (dim[..., None] * g, im * g)
         if self.pairing == "blocked":
-            return torch.cat([Ed, Ez], dim=-1)
-        return torch.stack([Ed, Ez], dim=-1).flatten(-2)
+            return torch.cat(parts_re, dim=-1), torch.cat(parts_im, dim=-1)
+        return torch.stack(parts_re, dim=-1).flatten(-2), torch.stack(parts_im, dim=-1).flatten(-2)
 
-    def spectral_product(self, E: torch.Tensor) -> torch.Tensor:
-        """Grouped per-bin complex product: (B, F, 2C) -> (B, F, blocks * O)."""
-        B, Fn, _ = E.shape
-        G, nb = self.groups, self._blocks
-        Et = E.reshape(B, Fn, G, -1).permute(1, 2, 0, 3)[:, None]  # (F, 1, G, B, 2C/G)
+    def _weight_planes(
+        self, w: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nb*G, a, b, F, 2) parameter -> planes of shape (F, nb, G, a, b)."""
+        Fn, G = self.grid.n_freq, self.groups
+        w = w.to(dtype).permute(3, 4, 0, 1, 2)  # (F, 2, nb*G, a, b)
+        w = w.reshape(Fn, 2, self._blocks, G, *w.shape[-2:])
+        return w[:, 0], w[:, 1]
+
+    def spectral_product(
+        self, E_re: torch.Tensor, E_im: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Grouped per-bin complex product on planes: (B, F, 2C) -> (B, F, blocks * O)."""
+        B, Fn, _ = E_re.shape
+        G = self.groups
+
+        def to_bins(t: torch.Tensor) -> torch.Tensor:  # (B, F, 2C) -> (F, 1, G, B, 2C/G)
+            return t.reshape(B, Fn, G, -1).permute(1, 2, 0, 3)[:, None]
+
+        a_re, a_im = to_bins(E_re), to_bins(E_im)
         if self.low_rank:
-            u = torch.view_as_complex(self.weight_u).to(E.dtype)
-            v = torch.view_as_complex(self.weight_v).to(E.dtype)
-            u = u.permute(3, 0, 1, 2).reshape(Fn, nb, G, *u.shape[1:3])
-            v = v.permute(3, 0, 1, 2).reshape(Fn, nb, G, *v.shape[1:3])
-            Y = torch.matmul(torch.matmul(Et, u), v)
+            u_re, u_im = self._weight_planes(self.weight_u, E_re.dtype)
+            v_re, v_im = self._weight_planes(self.weight_v, E_re.dtype)
+            a_re, a_im = _cmatmul(a_re, a_im, u_re, u_im)
+            y_re, y_im = _cmatmul(a_re, a_im, v_re, v_im)
         else:
-            W = torch.view_as_complex(self.weight).to(E.dtype)
-            W = W.permute(3, 0, 1, 2).reshape(Fn, nb, G, *W.shape[1:3])  # (F, nb, G, 2C/G, O/G)
-            Y = torch.matmul(Et, W)  # (F, nb, G, B, O/G)
-        return Y.permute(3, 0, 1, 2, 4).reshape(B, Fn, -1)
+            w_re, w_im = self._weight_planes(self.weight, E_re.dtype)
+            y_re, y_im = _cmatmul(a_re, a_im, w_re, w_im)  # (F, nb, G, B, O/G)
+
+        def from_bins(t: torch.Tensor) -> torch.Tensor:
+            return t.permute(3, 0, 1, 2, 4).reshape(B, Fn, -1)
+
+        return from_bins(y_re), from_bins(y_im)
 
     def _evaluate(self, zv, xq, xkv, plan) -> torch.Tensor:
         if zv.ndim != 3 or zv.shape[-1] != self.in_channels:
@@ -253,11 +274,11 @@ class SetFourierConv(nn.Module):
             raise ValueError("zv and the key/value positions must agree in (B, N)")
         if self.input_mixing is not None:
             zv = self.input_mixing(zv)
-        Yhat = self.spectral_product(self.embed(zv, plan))
+        y_re, y_im = self.spectral_product(*self.embed(zv, plan))
         at = "kv" if (xq is xkv or xq is plan.x_kv) else "q"
         if at == "q" and plan.x_q is None:
             raise ValueError("plan has no query positions; build it with x_q or pass xq=xkv")
-        return plan.type2(Yhat, at)
+        return plan.type2_planes(y_re, y_im, at)
 
     def forward(
         self,
