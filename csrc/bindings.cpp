@@ -10,6 +10,7 @@ void register_sgg(py::module_ m);
 void register_clip(py::module_ m);
 void register_lasso(py::module_ m);
 void register_gravitree(py::module_ m);
+void register_nudft(py::module_ m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "rml_fast native kernels (C++17, pybind11)";
@@ -18,6 +19,7 @@ PYBIND11_MODULE(_C, m) {
   register_clip(m.def_submodule("clip"));
   register_lasso(m.def_submodule("lasso"));
   register_gravitree(m.def_submodule("gravitree"));
+  register_nudft(m.def_submodule("nudft"));
 
   m.def("build_info", [] {
     py::dict info;

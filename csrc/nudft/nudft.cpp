@@ -1,0 +1,265 @@
+#include "nudft/nudft.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <vector>
+
+#include "common/parallel.hpp"
+
+// Runtime dispatch of the GEMM micro-kernels to AVX2/AVX-512 where the CPU has them, while
+// the module itself stays built for the portable baseline (GCC/Clang function multiversioning).
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__linux__)
+#define RML_MULTIVERSION __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define RML_MULTIVERSION
+#endif
+
+namespace rml::nudft {
+
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586476925286766559;
+
+// 32-byte vectors via GCC/Clang vector extensions (two SSE registers on the baseline, one
+// AVX register in the x86-64-v3/v4 clones); aligned(sizeof(T)) allows unaligned loads.
+typedef float vf8 __attribute__((vector_size(32), aligned(4)));
+typedef double vd4 __attribute__((vector_size(32), aligned(8)));
+template <typename T>
+struct Vec;
+template <>
+struct Vec<float> {
+  using type = vf8;
+  static constexpr int W = 8;
+};
+template <>
+struct Vec<double> {
+  using type = vd4;
+  static constexpr int W = 4;
+};
+
+// C[i, j] += sum_k A[i * lda + k] * Bm[k * ldb + j] for a block of MR rows and NR columns,
+// accumulators held in MR * NR / W vector registers.
+template <typename T, int MR, int NR>
+__attribute__((always_inline)) inline void micro_full(std::int64_t K, const T* A, std::int64_t lda, const T* Bm, std::int64_t ldb,
+                       T* C, std::int64_t ldc) {
+  using V = typename Vec<T>::type;
+  constexpr int W = Vec<T>::W, NV = NR / W;
+  V acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = V{} ;
+  for (std::int64_t k = 0; k < K; ++k) {
+    const T* b = Bm + k * ldb;
+    V bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = *reinterpret_cast<const V*>(b + j * W);
+    for (int r = 0; r < MR; ++r) {
+      const T a = A[r * lda + k];
+      for (int j = 0; j < NV; ++j) acc[r][j] += a * bv[j];
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < NV; ++j) {
+      V* c = reinterpret_cast<V*>(C + r * ldc + j * W);
+      *c += acc[r][j];
+    }
+}
+
+// Same with runtime row/column counts (edges).
+template <typename T, int NR>
+__attribute__((always_inline)) inline void micro_edge(std::int64_t mr, std::int64_t nr, std::int64_t K, const T* A,
+                       std::int64_t lda, const T* Bm, std::int64_t ldb, T* C, std::int64_t ldc) {
+  for (std::int64_t r = 0; r < mr; ++r) {
+    T acc[NR];
+    for (int j = 0; j < NR; ++j) acc[j] = T(0);
+    for (std::int64_t k = 0; k < K; ++k) {
+      const T a = A[r * lda + k];
+      const T* b = Bm + k * ldb;
+      for (std::int64_t j = 0; j < nr; ++j) acc[j] += a * b[j];
+    }
+    for (std::int64_t j = 0; j < nr; ++j) C[r * ldc + j] += acc[j];
+  }
+}
+
+template <typename T>
+struct Tile;
+template <>
+struct Tile<float> {
+  static constexpr int MR = 4, NR = 32;  // 4 x 4 accumulators
+};
+template <>
+struct Tile<double> {
+  static constexpr int MR = 4, NR = 16;  // 4 x 4 accumulators
+};
+
+// C[I, J] += A[I, K] @ Bm[K, J] (row-major with leading dimensions).
+template <typename T>
+RML_MULTIVERSION void gemm_acc(std::int64_t I, std::int64_t J, std::int64_t K, const T* A,
+                               std::int64_t lda, const T* Bm, std::int64_t ldb, T* C,
+                               std::int64_t ldc) {
+  constexpr int MR = Tile<T>::MR, NR = Tile<T>::NR;
+  for (std::int64_t j0 = 0; j0 < J; j0 += NR) {
+    const std::int64_t nr = std::min<std::int64_t>(NR, J - j0);
+    for (std::int64_t i0 = 0; i0 < I; i0 += MR) {
+      const std::int64_t mr = std::min<std::int64_t>(MR, I - i0);
+      if (mr == MR && nr == NR) {
+        micro_full<T, MR, NR>(K, A + i0 * lda, lda, Bm + j0, ldb, C + i0 * ldc + j0, ldc);
+      } else {
+        micro_edge<T, NR>(mr, nr, K, A + i0 * lda, lda, Bm + j0, ldb, C + i0 * ldc + j0, ldc);
+      }
+    }
+  }
+}
+
+// Per-axis powers of the unit phase e^{sign i 2 pi dxi x}, k = 0..K, in double precision.
+// The angle is range-reduced in cycles (t - round(t)) before sin/cos.
+inline void axis_powers(double x, double dxi, std::int64_t K, int sign, std::complex<double>* p) {
+  double t = dxi * x;
+  t -= std::nearbyint(t);
+  const double ang = kTwoPi * t;
+  const std::complex<double> u(std::cos(ang), sign * std::sin(ang));
+  p[0] = 1.0;
+  for (std::int64_t k = 1; k <= K; ++k) p[k] = p[k - 1] * u;
+}
+
+// The phase of frequency f for a point whose axis powers are p0 (and p1 in 2-D).
+inline std::complex<double> phase_at(const Grid& g, std::int64_t f, const std::complex<double>* p0,
+                                     const std::complex<double>* p1) {
+  if (g.dim == 1) return p0[f];
+  const std::int64_t k0 = f / (g.K[1] + 1) - g.K[0];
+  const std::int64_t k1 = f % (g.K[1] + 1);
+  const std::complex<double> a = k0 >= 0 ? p0[k0] : std::conj(p0[-k0]);
+  return a * p1[k1];
+}
+
+struct PointPowers {
+  std::vector<std::complex<double>> p0, p1;
+  explicit PointPowers(const Grid& g)
+      : p0(static_cast<std::size_t>(g.K[0] + 1)),
+        p1(static_cast<std::size_t>(g.dim == 2 ? g.K[1] + 1 : 1)) {}
+  void compute(const Grid& g, const double* x, int sign) {
+    axis_powers(x[0], g.dxi[0], g.K[0], sign, p0.data());
+    if (g.dim == 2) axis_powers(x[1], g.dxi[1], g.K[1], sign, p1.data());
+  }
+};
+
+template <typename T>
+void load_point(const T* x, int dim, double* out) {
+  for (int i = 0; i < dim; ++i) out[i] = static_cast<double>(x[i]);
+}
+
+constexpr std::int64_t kPointTile = 64;   // points per phase tile (type 1)
+constexpr std::int64_t kQueryTile = 32;   // points per phase tile (type 2)
+constexpr std::int64_t kFreqChunk = 256;  // frequencies per task (type 1)
+// Below this many multiply-adds a transform runs on the calling thread: waking an OpenMP team
+// costs more than it saves, and on a busy machine a team waits for its slowest member.
+constexpr std::int64_t kSerialWork = std::int64_t(1) << 24;
+
+}  // namespace
+
+template <typename T>
+void type1(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C,
+           const Grid& grid, int sign, T* out_re, T* out_im, T* dens_re, T* dens_im) {
+  const std::int64_t F = grid.n_freq();
+  const int d = grid.dim;
+  // Enough tasks to keep every thread busy when B is small.
+  std::int64_t chunks = (F + kFreqChunk - 1) / kFreqChunk;
+  const std::int64_t want = 2 * static_cast<std::int64_t>(rml::max_threads());
+  if (B * chunks < want) chunks = std::min<std::int64_t>(std::max<std::int64_t>(F / 8, 1), (want + B - 1) / B);
+  chunks = std::max<std::int64_t>(chunks, 1);
+  const std::int64_t fc_size = (F + chunks - 1) / chunks;
+  const std::int64_t tasks = B * chunks;
+  const bool parallel = B * N * F * (C + 1) >= kSerialWork && tasks > 1;
+
+#pragma omp parallel if (parallel)
+  {
+    PointPowers pw(grid);
+    std::vector<T> A(static_cast<std::size_t>(2 * fc_size * kPointTile));
+    std::vector<double> dre(static_cast<std::size_t>(fc_size)), dim_(static_cast<std::size_t>(fc_size));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const std::int64_t b = task / chunks, ch = task % chunks;
+      const std::int64_t f0 = ch * fc_size, f1 = std::min(F, f0 + fc_size);
+      if (f0 >= f1) continue;
+      const std::int64_t fc = f1 - f0;
+      T* ore = out_re + (b * F + f0) * C;
+      T* oim = out_im + (b * F + f0) * C;
+      std::fill(ore, ore + fc * C, T(0));
+      std::fill(oim, oim + fc * C, T(0));
+      std::fill(dre.begin(), dre.end(), 0.0);
+      std::fill(dim_.begin(), dim_.end(), 0.0);
+      for (std::int64_t n0 = 0; n0 < N; n0 += kPointTile) {
+        const std::int64_t nt = std::min(kPointTile, N - n0);
+        for (std::int64_t j = 0; j < nt; ++j) {
+          double xp[2];
+          load_point(x + (b * N + n0 + j) * d, d, xp);
+          pw.compute(grid, xp, sign);
+          for (std::int64_t f = f0; f < f1; ++f) {
+            const std::complex<double> ph = phase_at(grid, f, pw.p0.data(), pw.p1.data());
+            A[static_cast<std::size_t>((f - f0) * nt + j)] = static_cast<T>(ph.real());
+            A[static_cast<std::size_t>((fc + f - f0) * nt + j)] = static_cast<T>(ph.imag());
+            dre[static_cast<std::size_t>(f - f0)] += ph.real();
+            dim_[static_cast<std::size_t>(f - f0)] += ph.imag();
+          }
+        }
+        if (C > 0) {
+          const T* vt = v + (b * N + n0) * C;
+          gemm_acc<T>(fc, C, nt, A.data(), nt, vt, C, ore, C);
+          gemm_acc<T>(fc, C, nt, A.data() + fc * nt, nt, vt, C, oim, C);
+        }
+      }
+      if (dens_re != nullptr) {
+        for (std::int64_t f = f0; f < f1; ++f) {
+          dens_re[b * F + f] = static_cast<T>(dre[static_cast<std::size_t>(f - f0)]);
+          dens_im[b * F + f] = static_cast<T>(dim_[static_cast<std::size_t>(f - f0)]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void type2(const T* x, const T* re, const T* im, const T* w, std::int64_t B, std::int64_t M,
+           std::int64_t O, const Grid& grid, int sign, T* y) {
+  const std::int64_t F = grid.n_freq();
+  const int d = grid.dim;
+  const std::int64_t mchunks = (M + kQueryTile - 1) / kQueryTile;
+  const std::int64_t tasks = B * mchunks;
+  const bool parallel = B * M * F * O >= kSerialWork && tasks > 1;
+#pragma omp parallel if (parallel)
+  {
+    PointPowers pw(grid);
+    std::vector<T> A(static_cast<std::size_t>(2 * F * kQueryTile));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t task = 0; task < tasks; ++task) {
+      const std::int64_t b = task / mchunks, m0 = (task % mchunks) * kQueryTile;
+      const std::int64_t mt = std::min(kQueryTile, M - m0);
+      for (std::int64_t j = 0; j < mt; ++j) {
+        double xp[2];
+        load_point(x + (b * M + m0 + j) * d, d, xp);
+        pw.compute(grid, xp, sign);
+        T* row = A.data() + j * 2 * F;
+        for (std::int64_t f = 0; f < F; ++f) {
+          const std::complex<double> ph = phase_at(grid, f, pw.p0.data(), pw.p1.data());
+          const double wf = static_cast<double>(w[f]);
+          row[f] = static_cast<T>(wf * ph.real());
+          row[F + f] = static_cast<T>(-wf * ph.imag());
+        }
+      }
+      T* yt = y + (b * M + m0) * O;
+      std::fill(yt, yt + mt * O, T(0));
+      gemm_acc<T>(mt, O, F, A.data(), 2 * F, re + b * F * O, O, yt, O);
+      gemm_acc<T>(mt, O, F, A.data() + F, 2 * F, im + b * F * O, O, yt, O);
+    }
+  }
+}
+
+template void type1<float>(const float*, const float*, std::int64_t, std::int64_t, std::int64_t,
+                           const Grid&, int, float*, float*, float*, float*);
+template void type1<double>(const double*, const double*, std::int64_t, std::int64_t,
+                            std::int64_t, const Grid&, int, double*, double*, double*, double*);
+template void type2<float>(const float*, const float*, const float*, const float*, std::int64_t,
+                           std::int64_t, std::int64_t, const Grid&, int, float*);
+template void type2<double>(const double*, const double*, const double*, const double*,
+                            std::int64_t, std::int64_t, std::int64_t, const Grid&, int, double*);
+
+}  // namespace rml::nudft

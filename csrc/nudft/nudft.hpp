@@ -1,0 +1,39 @@
+// Batched non-uniform discrete Fourier transforms on a half-space frequency grid.
+//
+// The grid has d in {1, 2} axes; axis i has spacing dxi[i] and K[i] >= 0 so that
+// axis values are k * dxi[i]. Axes before the last take k in {-K..K}; the last takes
+// k in {0..K} (half space). Frequencies are ordered row-major over the axes, so in 2-D
+// f = (k0 + K0) * (K1 + 1) + k1. theta(x, f) = 2 pi xi_f . x.
+//
+// Phases are never materialised for all (point, frequency) pairs: per tile of points the
+// per-axis unit phases e^{2 pi i dxi_i x_i} are range-reduced in double precision and raised
+// to the needed powers by recurrence, then the tile is contracted with a register-blocked GEMM.
+#pragma once
+
+#include <cstdint>
+
+namespace rml::nudft {
+
+struct Grid {
+  int dim;             // 1 or 2
+  std::int64_t K[2];   // half-widths; last axis is one-sided
+  double dxi[2];       // spacings
+  std::int64_t n_freq() const {
+    return dim == 1 ? K[0] + 1 : (2 * K[0] + 1) * (K[1] + 1);
+  }
+};
+
+// Type 1: out[b, f, c] = sum_n v[b, n, c] * e^{sign i theta(x[b, n], f)}, written as the planes
+// out_re, out_im of shape [B, F, C]; if dens_re/dens_im are non-null also the density
+// dens[b, f] = sum_n e^{sign i theta(x[b, n], f)} of shape [B, F]. C may be 0 (v unused).
+template <typename T>
+void type1(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C,
+           const Grid& grid, int sign, T* out_re, T* out_im, T* dens_re, T* dens_im);
+
+// Type 2: y[b, m, o] = sum_f w[f] * Re((re[b, f, o] + i im[b, f, o]) e^{sign i theta(x[b, m], f)})
+//                   = sum_f w[f] (re cos theta - sign * im sin theta), y of shape [B, M, O].
+template <typename T>
+void type2(const T* x, const T* re, const T* im, const T* w, std::int64_t B, std::int64_t M,
+           std::int64_t O, const Grid& grid, int sign, T* y);
+
+}  // namespace rml::nudft
