@@ -6,10 +6,12 @@
 namespace py = pybind11;
 
 void register_random(py::module_ m);
+void register_circuits(py::module_ m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "rml_fast native kernels (C++17, pybind11)";
   register_random(m.def_submodule("random"));
+  register_circuits(m.def_submodule("circuits"));
 
   m.def("build_info", [] {
     py::dict info;

@@ -12,3 +12,12 @@ class random:  # submodule rml_fast._C.random
     def fill_uniform(out: npt.NDArray[np.float32], seed: int, offset: int) -> None: ...
     @staticmethod
     def fill_normal(out: npt.NDArray[np.float32], seed: int, offset: int) -> None: ...
+
+class circuits:  # submodule rml_fast._C.circuits
+    @staticmethod
+    def masked_mix(
+        delta: npt.NDArray[np.floating[Any]],
+        mask: npt.NDArray[np.uint8],
+        base: npt.NDArray[np.floating[Any]],
+        out: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
