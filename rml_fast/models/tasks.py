@@ -362,7 +362,10 @@ class ModAddTask(Task):
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         train, _ = self._pairs()
-        pick = train[torch.randint(0, len(train), (batch,), generator=gen)]
+        if batch >= len(train):  # full batch (the grokking set-up)
+            pick = train
+        else:
+            pick = train[torch.randint(0, len(train), (batch,), generator=gen)]
         tokens, ans = self._tokens(pick)
         tgt = torch.zeros_like(tokens)
         tgt[:, -1] = ans
