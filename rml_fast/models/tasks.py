@@ -94,33 +94,62 @@ class Task:
 
 
 class InductionTask(Task):
-    """BOS followed by ``half`` distinct random tokens repeated twice.
+    """BOS, random filler, a segment ``A`` of ``m`` distinct random tokens, ``A`` again, filler.
 
-    Loss on the second copy (positions whose next token is determined by the first copy).
-    A query truncates the sequence at ``BOS + A + A[:half-1]`` and asks for ``A[half-1]``;
-    the metric subtracts the mean logit of the other tokens of ``A``.
+    Training rows draw the period ``m`` uniformly from ``[min_half, half]`` and (with
+    ``random_offset``) the start of ``A`` uniformly among the positions that fit in ``2 half``
+    tokens; filler tokens never occur in ``A``. So no positional rule solves the task and the
+    model must form induction heads (with ``min_half = half`` and ``random_offset=False`` a
+    tiny model learns a positional shortcut instead). Every row has ``2 half`` tokens.
+    The loss is on the predictable positions of the second copy. A query is
+    ``BOS + A + A[:half-1]`` (``m = half``) and asks for ``A[half-1]``; the metric subtracts the
+    mean logit of the other tokens of ``A``; ``q'`` resamples the first copy.
     """
 
     name = "induction"
 
-    def __init__(self, half: int = 16, d_vocab: int = 64) -> None:
+    def __init__(
+        self,
+        half: int = 16,
+        d_vocab: int = 64,
+        min_half: int | None = None,
+        random_offset: bool = True,
+    ) -> None:
+        self.random_offset = bool(random_offset)
         self.half = int(check_scalar(half, "half", Interval("int", 2, 1024)))
         self.d_vocab = int(check_scalar(d_vocab, "d_vocab", Interval("int", half + 2, None)))
-        self.seq_len = 1 + 2 * self.half
+        lo = max(2, self.half // 2) if min_half is None else min_half
+        self.min_half = int(check_scalar(lo, "min_half", Interval("int", 2, self.half)))
+        self.seq_len = 2 * self.half
+
+    def _distinct(self, batch: int, gen: torch.Generator) -> torch.Tensor:
+        keys = torch.rand(batch, self.d_vocab - 1, generator=gen)
+        return keys.argsort(-1)[:, : self.half] + 1  # distinct tokens in [1, V)
 
     def _sample(self, batch: int, gen: torch.Generator) -> torch.Tensor:
-        keys = torch.rand(batch, self.d_vocab - 1, generator=gen)
-        first = keys.argsort(-1)[:, : self.half] + 1  # distinct tokens in [1, V)
+        first = self._distinct(batch, gen)
         bos = torch.zeros(batch, 1, dtype=torch.long)
         return torch.cat([bos, first, first], dim=1)
 
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        seq = self._sample(batch, gen)
+        h, v = self.half, self.d_vocab
+        perm = torch.rand(batch, v - 1, generator=gen).argsort(-1) + 1
+        first, pool = perm[:, :h], perm[:, h:]  # the filler never reuses a token of A
+        filler = pool.gather(1, torch.randint(0, v - 1 - h, (batch, 2 * h), generator=gen))
+        m = torch.randint(self.min_half, h + 1, (batch, 1), generator=gen)
+        if self.random_offset:
+            off = (torch.rand(batch, 1, generator=gen) * (2 * h - 2 * m + 1)).long()
+        else:
+            off = torch.zeros_like(m)
+        pos = torch.arange(2 * h)[None, :] - off
+        idx = torch.where(pos < m, pos, pos - m).clamp(0, h - 1)
+        body = torch.where((pos >= 0) & (pos < 2 * m), first.gather(1, idx), filler)
+        seq = torch.cat([torch.zeros(batch, 1, dtype=torch.long), body], dim=1)
         tokens, targets = seq[:, :-1], seq[:, 1:]
-        mask = torch.zeros_like(tokens, dtype=torch.bool)
-        mask[:, self.half :] = True  # predicting the second copy
+        # token position p predicts body[p]: A[1..m-1] of the second copy
+        mask = (pos >= m + 1) & (pos <= 2 * m - 1)
         return tokens, targets, mask
 
     def queries(self, n: int, rng: Any = None) -> list[Query]:
