@@ -127,7 +127,7 @@ def test_greedy_grows_from_logits():
     assert bool(m[best_logit_src, g.logits_index])
     # every edge's destination belongs to a node that has an out-edge (or is the logits)
     owner = g.owner.tolist()
-    for s, d in torch.nonzero(m).tolist():
+    for _s, d in torch.nonzero(m).tolist():
         assert owner[d] == -1 or bool(m[owner[d]].any())
     # greedy over the full size reaches every edge reachable from the logits (all of them)
     assert int(g.greedy(scores, g.n_edges, prune=False).sum()) == g.n_edges
