@@ -4,8 +4,8 @@
 
 * ``"inputs"`` (EAP-IG, Hanna et al. 2024): ``G_d = (1/m) sum_{k=0}^{m-1} dL/dx_d`` at the input
   embedding ``e(q') + (k/m) (e(q) - e(q'))``;
-* ``"activations"``: the same average, but every source output is interpolated
-  ``a_s(q') + (k/m) (a_s(q) - a_s(q'))`` (gradients stay local to each edge);
+* ``"activations"``: the same average, but every source output is set to
+  ``a_s(q') + (k/m) (a_s(q) - a_s(q'))`` (values replaced, gradients passed straight through);
 * ``"eap"`` (Syed et al. 2023): one gradient at the clean point.
 
 The ``m`` interpolation points are stacked on the batch axis: one forward and one backward.
@@ -148,11 +148,11 @@ def eap_ig_scores(
         for layer in range(model.cfg.n_layers):
             hs = slice(graph.head_index(layer, 0), graph.head_index(layer, 0) + model.cfg.n_heads)
             res = interp(a_clean[:, hs], a_corr[:, hs]).transpose(1, 2)  # [sB, P, H, D]
-            hooks.append((f"blocks.{layer}.attn.hook_result", lambda x, hook, r=res: r))
+            hooks.append((f"blocks.{layer}.attn.hook_result", lambda x, hook, r=res: _st(x, r)))
             if not model.cfg.attn_only:
                 mi = graph.mlp_index(layer)
                 mo = interp(a_clean[:, mi], a_corr[:, mi])
-                hooks.append((f"blocks.{layer}.hook_mlp_out", lambda x, hook, r=mo: r))
+                hooks.append((f"blocks.{layer}.hook_mlp_out", lambda x, hook, r=mo: _st(x, r)))
     captured: dict[str, torch.Tensor] = {}
 
     def capture(x: torch.Tensor, hook: Any) -> torch.Tensor:
@@ -176,6 +176,11 @@ def eap_ig_scores(
     diff = (a_clean - a_corr).transpose(0, 1)  # [n_fwd, B, P, D]
     scores = torch.einsum("sbpd,jbpd->sj", diff, g)
     return scores * graph.real_edge_mask.to(scores.device)
+
+
+def _st(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """``value`` in the forward pass, identity gradient to ``x`` (straight-through)."""
+    return x + (value - x).detach()
 
 
 def metric_rows(

@@ -246,9 +246,11 @@ class QueryCircuitSearch:
         return torch.stack(out)
 
     def _candidates(
-        self, graph: EdgeGraph, scores: torch.Tensor, size: int, gen: np.random.Generator
+        self, graph: EdgeGraph, scores: torch.Tensor, size: int, base_seed: int
     ) -> torch.Tensor:
         if self.sampler == "edge":
+            # one stream per size: the first k samples do not depend on n_samples (BoN prefix)
+            gen = np.random.default_rng([base_seed, size])
             return sample_edge_masks(
                 graph, scores[0], size, int(self.n_samples), temperature=self.temperature, rng=gen
             )
@@ -286,7 +288,8 @@ class QueryCircuitSearch:
             l_full = float(torch.as_tensor(metric(model(clean))).reshape(-1)[0])
             corr_logits = model(corrupt) if self.ablation == "patching" else None
         scores = self._score_views(model, graph, clean, corrupt, metric, views, gen)
-        cands = torch.stack([self._candidates(graph, scores, s, gen) for s in sizes])
+        self._base_seed = int(gen.integers(2**62))
+        cands = torch.stack([self._candidates(graph, scores, s, self._base_seed) for s in sizes])
         n_per = cands.shape[1]
         flat = cands.reshape(-1, graph.n_fwd, graph.n_bwd)
         empty_full = torch.stack([torch.zeros_like(graph.real_edge_mask), graph.real_edge_mask])
@@ -340,8 +343,7 @@ class QueryCircuitSearch:
         model, clean, corrupt, metric = self._fit_args
         graph = self.graph_
         sizes = [int(check_scalar(s, "sizes", Interval("int", 1, graph.n_edges))) for s in sizes]
-        gen = check_rng(self.random_state)
-        cands = torch.stack([self._candidates(graph, self.scores_, s, gen) for s in sizes])
+        cands = torch.stack([self._candidates(graph, self.scores_, s, self._base_seed) for s in sizes])
         vals = evaluate_masks(
             model, graph, clean, corrupt, cands.reshape(-1, graph.n_fwd, graph.n_bwd), metric,
             ablation=self.ablation, backend=self.backend,
