@@ -343,7 +343,9 @@ class QueryCircuitSearch:
         model, clean, corrupt, metric = self._fit_args
         graph = self.graph_
         sizes = [int(check_scalar(s, "sizes", Interval("int", 1, graph.n_edges))) for s in sizes]
-        cands = torch.stack([self._candidates(graph, self.scores_, s, self._base_seed) for s in sizes])
+        cands = torch.stack(
+            [self._candidates(graph, self.scores_, s, self._base_seed) for s in sizes]
+        )
         vals = evaluate_masks(
             model, graph, clean, corrupt, cands.reshape(-1, graph.n_fwd, graph.n_bwd), metric,
             ablation=self.ablation, backend=self.backend,

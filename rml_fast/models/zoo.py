@@ -50,7 +50,7 @@ _register(  # the smallest model used by the tests (seconds on one core)
         "induction",
         {"half": 8, "d_vocab": 32},
         {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_mlp": None},
-        {"steps": 300, "lr": 3e-3},
+        {"steps": 1200, "lr": 3e-3},
     ),
 )
 _register(  # 2L4H with MLPs (110 edges)

@@ -62,7 +62,9 @@ def _some_edges(g):
     pick = torch.randperm(len(real), generator=gen)[:8].tolist()
     # always include an edge into a q, a k and a v input of the last layer and into the logits
     L = g.n_layers - 1
-    extra = [(g.head_index(0, 1), g.qkv_index(L, 0, w)) for w in "qkv"] + [(g.head_index(L, 1), g.logits_index)]
+    extra = [(g.head_index(0, 1), g.qkv_index(L, 0, w)) for w in "qkv"] + [
+        (g.head_index(L, 1), g.logits_index)
+    ]
     return [tuple(real[i]) for i in pick] + extra
 
 
@@ -78,7 +80,10 @@ def test_ig_inputs_averages_the_interpolation_points(setup):
     model, g, clean, corrupt, metric = setup
     scores = eap_ig_scores(model, g, clean, corrupt, metric, method="inputs", steps=3)
     for s, d in _some_edges(g):
-        fd = sum(_fd_score(model, g, clean, corrupt, metric, s, d, alpha=k / 3) for k in range(3)) / 3
+        fd = (
+            sum(_fd_score(model, g, clean, corrupt, metric, s, d, alpha=k / 3) for k in range(3))
+            / 3
+        )
         assert float(scores[s, d]) == pytest.approx(fd, rel=1e-5, abs=1e-7)
 
 
@@ -99,7 +104,9 @@ def test_batch_scores_are_sums_and_off_edges_zero(setup):
     metric2 = LogitDiff(pos=-1, answer=[3, 4], wrong=[[5], [6]])
     both = eap_ig_scores(model, g, clean2, corrupt2, metric2, steps=2)
     parts = [
-        eap_ig_scores(model, g, clean2[i : i + 1], corrupt2[i : i + 1], LogitDiff(-1, a, (w,)), steps=2)
+        eap_ig_scores(
+            model, g, clean2[i : i + 1], corrupt2[i : i + 1], LogitDiff(-1, a, (w,)), steps=2
+        )
         for i, (a, w) in enumerate([(3, 5), (4, 6)])
     ]
     torch.testing.assert_close(both, parts[0] + parts[1])
@@ -109,7 +116,9 @@ def test_batch_scores_are_sums_and_off_edges_zero(setup):
 def test_noise_views(setup):
     model, g, clean, corrupt, metric = setup
     base = eap_ig_scores(model, g, clean, corrupt, metric)
-    torch.testing.assert_close(eap_ig_scores(model, g, clean, corrupt, metric, noise_std=0.0, seed=3), base)
+    torch.testing.assert_close(
+        eap_ig_scores(model, g, clean, corrupt, metric, noise_std=0.0, seed=3), base
+    )
     n1 = eap_ig_scores(model, g, clean, corrupt, metric, noise_std=0.1, seed=1)
     n1b = eap_ig_scores(model, g, clean, corrupt, metric, noise_std=0.1, seed=1)
     n2 = eap_ig_scores(model, g, clean, corrupt, metric, noise_std=0.1, seed=2)

@@ -23,17 +23,28 @@ def _gen(seed=0):
 
 def test_induction_batches_and_queries():
     task = InductionTask(half=6, d_vocab=20)
-    tokens, targets, mask = task.train_batch(16, _gen())
-    assert tokens.shape == (16, 12) and bool((tokens[:, 0] == 0).all())
+    tokens, targets, mask = task.train_batch(64, _gen())
+    assert tokens.shape == (64, 12) and bool((tokens[:, 0] == 0).all())
+    assert torch.equal(tokens[:, 1:], targets[:, :-1])
+    periods, offsets = set(), set()
+    for row, tgt, m in zip(tokens.tolist(), targets.tolist(), mask.tolist(), strict=True):
+        assert sum(m) >= task.min_half - 1
+        for p in [i for i, on in enumerate(m) if on]:
+            # induction: the target follows the previous (unique) occurrence of the token
+            prev = [j for j in range(p) if row[j] == row[p]]
+            assert len(prev) == 1 and tgt[p] == row[prev[0] + 1]
+            periods.add(p - prev[0])
+        offsets.add(min(i for i, on in enumerate(m) if on) - (p - prev[0]))
+    assert len(periods) > 1 and len(offsets) > 1  # no fixed positional rule
+    fixed = InductionTask(half=6, d_vocab=20, min_half=6, random_offset=False)
+    tokens, targets, mask = fixed.train_batch(8, _gen())
     seq = torch.cat([tokens, targets[:, -1:]], 1)
     assert torch.equal(seq[:, 1:7], seq[:, 7:13])
-    for row in seq[:, 1:7]:
-        assert len(set(row.tolist())) == 6 and 0 not in row.tolist()
-    assert torch.equal(targets[mask].view(16, -1), seq[:, 7:13])  # loss on the second copy
     for q in task.queries(10, rng=1):
         c = q.clean[0].tolist()
-        assert q.answer == c[1 + len(c) - 7] and q.answer not in q.wrong
-        assert set(q.wrong) | {q.answer} == set(c[1:7])
+        assert len(c) == 12 and c[1:6] == c[7:12]
+        assert q.answer == c[6] and q.answer not in q.wrong
+        assert set(q.wrong) | {q.answer} == set(c[1:7]) and len(set(c[1:7])) == 6
         assert q.corrupt[0, 7:].tolist() == c[7:] and q.corrupt[0, 0] == 0
         assert q.corrupt[0, 1:7].tolist() != c[1:7]
     # deterministic given the seed
