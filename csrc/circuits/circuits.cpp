@@ -9,7 +9,8 @@ template <typename T>
 void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out, std::int64_t n,
                 std::int64_t s_tot, std::int64_t s, std::int64_t j, std::int64_t k) {
   const std::int64_t total = n * j;
-#pragma omp parallel
+  // small problems run serially: waking a thread team costs more than the work
+#pragma omp parallel if (total * k > (1 << 15))
   {
     std::vector<std::int64_t> active(static_cast<std::size_t>(s > 0 ? s : 1));
 #pragma omp for schedule(dynamic, 4)

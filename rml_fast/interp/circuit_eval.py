@@ -19,6 +19,7 @@ mask, with hooks that rewrite each destination input (as EAP-IG's ``evaluate_gra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -198,6 +199,7 @@ def evaluate_masks(
                 _batched_forward(
                     model, graph, src_clean[0], abl, masks[start : start + chunk], metric,
                     pos if fast else None, _KERNEL_BACKEND[backend], path,
+                    ablation == "patching",
                 )
             )  # fmt: skip
         if not outs:
@@ -215,6 +217,7 @@ def _batched_forward(
     pos: int | None,
     backend: str,
     path: str,
+    patching: bool,
 ) -> torch.Tensor:
     cfg = model.cfg
     n, n_fwd = masks.shape[0], graph.n_fwd
@@ -222,33 +225,56 @@ def _batched_forward(
     k = n_pos * d
     H = cfg.n_heads
     masks_u8 = masks.to(torch.uint8)
-    delta = torch.empty(n, n_fwd, k, dtype=abl.dtype, device=abl.device)
+    delta = torch.zeros(n, n_fwd, k, dtype=abl.dtype, device=abl.device)
     delta[:, 0] = (clean_src[0] - abl[0]).reshape(k)
     abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
-    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor) -> torch.Tensor:
+    def mix(
+        limit: int, j0: int, j1: int, base_vec: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
-        return masked_mix(delta, m, base, path=path, backend=backend)
+        if rows is None:
+            return masked_mix(delta, m, base, path=path, backend=backend)
+        return masked_mix(delta[rows], m[rows], base, path=path, backend=backend)
 
+    # A node's output in run n matters only if some edge out of it is kept; under patching
+    # it also differs from the ablated output only if some edge into it is kept. Only those
+    # (run, node) pairs are computed; the others keep delta = 0 (exact, see above).
+    uses_out = masks.any(-1)  # [n, n_fwd]
+    uses_in = masks.any(-2)  # [n, n_bwd]
     for layer, block in enumerate(model.blocks):
         start = graph.head_index(layer, 0)
         j0 = graph.qkv_index(layer, 0, "q")
-        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias)  # [n, 3H, k]
-        x = x.view(n, 3, H, n_pos, d).permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
-        result = attention_heads(x[0], x[1], x[2], block.attn, block.ln1, hooked=False)
-        delta[:, start : start + H] = (result.transpose(1, 2) - abl[start : start + H]).reshape(
-            n, H, k
-        )
+        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias).view(n, 3, H, k)
+        active = uses_out[:, start : start + H]
+        if patching:
+            active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
+        if float(active.float().mean()) > 0.5:  # dense: every head of every run at once
+            xs = x.view(n, 3, H, n_pos, d).permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
+            res_all = attention_heads(xs[0], xs[1], xs[2], block.attn, block.ln1, hooked=False)
+            delta[:, start : start + H] = (
+                res_all.transpose(1, 2) - abl[start : start + H]
+            ).reshape(n, H, k) * active[:, :, None]
+            rn = rh = torch.zeros(0, dtype=torch.long)
+        else:
+            rn, rh = torch.nonzero(active, as_tuple=True)
+        if rn.numel():
+            xin = x[rn, :, rh].view(-1, 3, n_pos, d)  # [A, 3, P, D]
+            res = _head_pairs(xin, rh, block.attn, block.ln1)  # [A, P, D]
+            delta[rn, start + rh] = (res - abl[start + rh]).reshape(-1, k)
         bias = bias + block.attn.b_O.repeat(n_pos)
         if block.mlp is not None:
             mi = graph.mlp_index(layer)
             jm = graph.mlp_in_index(layer)
-            xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias).view(n, n_pos, d)
-            if block.ln2 is not None:
-                xm = layer_norm(xm, block.ln2.w, block.ln2.b)
-            delta[:, mi] = (block.mlp(xm) - abl[mi]).reshape(n, k)
+            act_m = uses_out[:, mi] & (uses_in[:, jm] if patching else True)
+            rows = torch.nonzero(act_m).flatten()
+            if rows.numel():
+                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, rows).view(-1, n_pos, d)
+                if block.ln2 is not None:
+                    xm = layer_norm(xm, block.ln2.w, block.ln2.b)
+                delta[rows, mi] = (block.mlp(xm) - abl[mi]).reshape(-1, k)
     # final residual: only the answer position when the metric is a LogitDiff
     jl = graph.logits_index
     if pos is not None:
@@ -269,6 +295,23 @@ def _batched_forward(
     if model.ln_final is not None:
         resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
     return torch.as_tensor(metric(resid @ model.unembed + model.b_U))
+
+
+def _head_pairs(x: torch.Tensor, heads: torch.Tensor, attn: Any, ln: Any) -> torch.Tensor:
+    """Attention of (run, head) pairs: ``x [A, 3, P, D]`` q/k/v inputs, ``heads [A]``.
+
+    Returns the head results ``z_h W_O^h`` of shape ``[A, P, D]`` (no ``b_O``).
+    """
+    if ln is not None:
+        x = layer_norm(x, ln.w, ln.b)
+    q = torch.baddbmm(attn.b_Q[heads][:, None], x[:, 0], attn.W_Q[heads])
+    k = torch.baddbmm(attn.b_K[heads][:, None], x[:, 1], attn.W_K[heads])
+    v = torch.baddbmm(attn.b_V[heads][:, None], x[:, 2], attn.W_V[heads])
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    n_pos = q.shape[1]
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).tril()
+    pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    return (pattern @ v) @ attn.W_O[heads]
 
 
 # --- the slow reference: one hooked forward per mask -------------------------------------
