@@ -55,7 +55,13 @@ def _setup(shape: str) -> tuple[Any, EdgeGraph, torch.Tensor, torch.Tensor, Logi
         clean = torch.randint(0, cfg.d_vocab, (1, n_pos), generator=gen)
         corrupt = clean.clone()
         corrupt[0, : n_pos // 2] = torch.randint(0, cfg.d_vocab, (n_pos // 2,), generator=gen)
-        _MODELS[shape] = (model, EdgeGraph.from_model(model), clean, corrupt, LogitDiff(-1, 1, (2,)))
+        _MODELS[shape] = (
+            model,
+            EdgeGraph.from_model(model),
+            clean,
+            corrupt,
+            LogitDiff(-1, 1, (2,)),
+        )
     return _MODELS[shape]
 
 
@@ -108,8 +114,12 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
         finally:
             qc.evaluate_masks = old
 
-    def sequential(model: Any, g: Any, clean: Any, corrupt: Any, masks: Any, metric: Any, **kw: Any) -> Any:
-        return evaluate_masks_hooked(model, g, clean, corrupt, masks, metric, ablation=kw["ablation"])
+    def sequential(
+        model: Any, g: Any, clean: Any, corrupt: Any, masks: Any, metric: Any, **kw: Any
+    ) -> Any:
+        return evaluate_masks_hooked(
+            model, g, clean, corrupt, masks, metric, ablation=kw["ablation"]
+        )
 
     suite.compare(
         case,

@@ -12,6 +12,7 @@ from rml_fast.interp.circuit_metrics import (
     nfs,
     sizes_from_densities,
 )
+from rml_fast.interp.draw import draw_circuit
 from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.interp.query_circuits import QueryCircuitSearch, sample_edge_masks
 
@@ -19,6 +20,7 @@ __all__ = [
     "EdgeGraph",
     "LogitDiff",
     "QueryCircuitSearch",
+    "draw_circuit",
     "eap_ig_scores",
     "evaluate_masks",
     "evaluate_masks_hooked",

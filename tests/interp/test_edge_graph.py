@@ -159,3 +159,17 @@ def test_invalid_inputs():
         g.topn(bad, 1)
     with pytest.raises(TypeError, match="bool"):
         g.prune(torch.zeros(g.n_fwd, g.n_bwd))
+
+
+def test_draw_circuit(tmp_path):
+    pytest.importorskip("matplotlib")
+    from rml_fast.interp import draw_circuit
+
+    g = EdgeGraph.from_config(2, 3)
+    m = torch.zeros(g.n_fwd, g.n_bwd, dtype=torch.bool)
+    m[0, g.qkv_index(0, 1, "k")] = True
+    m[g.head_index(0, 1), g.mlp_in_index(1)] = True
+    m[g.mlp_index(1), g.logits_index] = True
+    ax = draw_circuit(g, m, scores=torch.ones(g.n_fwd, g.n_bwd), path=tmp_path / "c.png")
+    arrows = [c for c in ax.get_children() if type(c).__name__ == "Annotation" and c.arrow_patch]
+    assert len(arrows) == 3 and (tmp_path / "c.png").stat().st_size > 0
