@@ -122,6 +122,7 @@ def evaluate_masks(
     chunk: int | None = None,
     backend: str = "auto",
     path: str = "auto",
+    progress: bool = False,
 ) -> torch.Tensor:
     """The task metric of the circuit run of every mask, all masks in one batched forward.
 
@@ -149,6 +150,8 @@ def evaluate_masks(
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
         Mixing path (see :func:`rml_fast.kernels.circuits.masked_mix`).
+    progress : bool, default=False
+        Show a tqdm bar over the chunks.
 
     Returns
     -------
@@ -194,7 +197,10 @@ def evaluate_masks(
             chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
         masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
         outs = []
-        for start in range(0, masks.shape[0], chunk):
+        from tqdm.auto import tqdm
+
+        starts = range(0, masks.shape[0], chunk)
+        for start in tqdm(starts, desc="circuits", disable=not progress, leave=False):
             outs.append(
                 _batched_forward(
                     model, graph, src_clean[0], abl, masks[start : start + chunk], metric,
