@@ -236,14 +236,10 @@ def _batched_forward(
     abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
-    def mix(
-        limit: int, j0: int, j1: int, base_vec: torch.Tensor, rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor) -> torch.Tensor:
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
-        if rows is None:
-            return masked_mix(delta, m, base, path=path, backend=backend)
-        return masked_mix(delta[rows], m[rows], base, path=path, backend=backend)
+        return masked_mix(delta, m, base, path=path, backend=backend)
 
     # A node's output in run n matters only if some edge out of it is kept; under patching
     # it also differs from the ablated output only if some edge into it is kept. Only those
@@ -277,7 +273,7 @@ def _batched_forward(
             act_m = uses_out[:, mi] & (uses_in[:, jm] if patching else True)
             rows = torch.nonzero(act_m).flatten()
             if rows.numel():
-                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, rows).view(-1, n_pos, d)
+                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias)[rows].view(-1, n_pos, d)
                 if block.ln2 is not None:
                     xm = layer_norm(xm, block.ln2.w, block.ln2.b)
                 delta[rows, mi] = (block.mlp(xm) - abl[mi]).reshape(-1, k)
