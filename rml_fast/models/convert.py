@@ -8,6 +8,7 @@ Install with ``pip install 'transformer-lens<4'``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -53,7 +54,9 @@ def to_transformer_lens(model: TinyTransformer) -> Any:
         device="cpu",
         seed=0,
     )
-    tl = HookedTransformer(tl_cfg)
+    with warnings.catch_warnings():  # transformer-lens 3.x deprecates HookedTransformer
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tl = HookedTransformer(tl_cfg)
     sd: dict[str, torch.Tensor] = {
         "embed.W_E": model.W_E,
         "pos_embed.W_pos": model.W_pos,

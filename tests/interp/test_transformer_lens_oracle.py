@@ -83,4 +83,5 @@ def test_converted_model_and_circuits_match_transformer_lens(cfg):
         masks = (torch.rand(6, g.n_fwd, g.n_bwd, generator=gen) < 0.4) & g.real_edge_mask
         ours = evaluate_masks(model, g, clean, corrupt, masks, metric)
         oracle = torch.tensor([tl_circuit_metric(tl, g, clean, corrupt, m, metric) for m in masks])
-    torch.testing.assert_close(ours, oracle.to(ours.dtype), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(ours, oracle.to(ours.dtype), rtol=1e-6, atol=1e-7)
+    assert float(ours.std()) > 1e-2  # the masks give different values
