@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from rml_fast.models.convert import to_transformer_lens
 from rml_fast.models.tasks import (
     CharLMTask,
     DigitsAddTask,
@@ -42,5 +43,6 @@ __all__ = [
     "make_task",
     "stdlib_corpus",
     "tiny_model",
+    "to_transformer_lens",
     "train_tiny",
 ]
