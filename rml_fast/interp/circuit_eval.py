@@ -236,10 +236,15 @@ def _batched_forward(
     abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
+    # one output buffer per destination count, re-used by every layer
+    buffers: dict[int, torch.Tensor] = {}
+
     def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor) -> torch.Tensor:
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
-        return masked_mix(delta, m, base, path=path, backend=backend)
+        if j1 - j0 not in buffers:
+            buffers[j1 - j0] = torch.empty(n, j1 - j0, k, dtype=abl.dtype, device=abl.device)
+        return masked_mix(delta, m, base, path=path, backend=backend, out=buffers[j1 - j0])
 
     # A node's output in run n matters only if some edge out of it is kept; under patching
     # it also differs from the ablated output only if some edge into it is kept. Only those
@@ -254,8 +259,11 @@ def _batched_forward(
         if patching:
             active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
         if float(active.float().mean()) > 0.5:  # dense: every head of every run at once
-            xs = x.view(n, 3, H, n_pos, d).permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
-            res_all = attention_heads(xs[0], xs[1], xs[2], block.attn, block.ln1, hooked=False)
+            xs = x.view(n, 3, H, n_pos, d)
+            if block.ln1 is not None:  # one LN over the contiguous buffer, not three on views
+                xs = layer_norm(xs, block.ln1.w, block.ln1.b)
+            xs = xs.permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
+            res_all = attention_heads(xs[0], xs[1], xs[2], block.attn, None, hooked=False)
             delta[:, start : start + H] = (
                 res_all.transpose(1, 2) - abl[start : start + H]
             ).reshape(n, H, k) * active[:, :, None]

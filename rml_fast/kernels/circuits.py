@@ -60,7 +60,13 @@ def _validate(delta: Any, mask: Any, base: Any) -> tuple[Any, Any, Any]:
 
 
 def masked_mix(
-    delta: Any, mask: Any, base: Any, *, path: str = "auto", backend: str = "auto"
+    delta: Any,
+    mask: Any,
+    base: Any,
+    *,
+    path: str = "auto",
+    backend: str = "auto",
+    out: Any = None,
 ) -> Any:
     """Mix source deltas into destination inputs under per-run edge masks.
 
@@ -75,6 +81,9 @@ def masked_mix(
     path : {"auto", "dense", "sparse"}, default="auto"
     backend : {"auto", "native", "triton", "reference"}, default="auto"
         Backend of the sparse path (the dense path is a torch batched GEMM).
+    out : Tensor of shape (N, J, K), optional
+        Contiguous buffer of delta's dtype and device to write into (re-using one buffer
+        avoids page-faulting a fresh allocation on every call).
 
     Returns
     -------
@@ -95,20 +104,31 @@ def masked_mix(
     [[[2.0, 2.0], [1.0, 1.0]]]
     """
     delta, mask, base = _validate(delta, mask, base)
+    if out is not None:
+        shape = (delta.shape[0], mask.shape[2], delta.shape[2])
+        if not isinstance(out, type(delta)) or tuple(out.shape) != shape:
+            raise ValueError(f"out must be a tensor of shape {shape}")
+        if out.dtype != delta.dtype or out.device != delta.device or not out.is_contiguous():
+            raise ValueError("out must be contiguous, with delta's dtype and device")
     if path not in _PATHS:
         raise ValueError(f"path must be one of {_PATHS}, got {path!r}")
     if path == "auto":
         density = float(mask.float().mean()) if mask.numel() else 0.0
         path = "sparse" if density < SPARSE_DENSITY else "dense"
     if path == "dense" and backend in ("auto", "native", "triton"):
-        return _dense(delta, mask, base)
-    return _masked_mix(delta, mask, base, device=device_of(delta), backend=backend)
+        return _dense(delta, mask, base, out)
+    return _masked_mix(delta, mask, base, out, device=device_of(delta), backend=backend)
 
 
-def _dense(delta: Any, mask: Any, base: Any) -> Any:
+def _dense(delta: Any, mask: Any, base: Any, out: Any) -> Any:
+    import torch
+
     s = mask.shape[1]
     m = mask.to(delta.dtype).transpose(1, 2)  # [N, J, S]
-    return base.unsqueeze(0) + m @ delta[:, :s]
+    b = base.unsqueeze(0).expand(m.shape[0], -1, -1)
+    if out is None:
+        return torch.baddbmm(b, m, delta[:, :s])
+    return torch.baddbmm(b, m, delta[:, :s], out=out)
 
 
 def masked_mix_reference(delta: Any, mask: Any, base: Any) -> Any:
@@ -121,12 +141,13 @@ def masked_mix_reference(delta: Any, mask: Any, base: Any) -> Any:
 
 
 @_masked_mix.register("reference")
-def _mix_ref(delta: Any, mask: Any, base: Any, *, device: Any) -> Any:
-    return masked_mix_reference(delta, mask, base)
+def _mix_ref(delta: Any, mask: Any, base: Any, out: Any, *, device: Any) -> Any:
+    res = masked_mix_reference(delta, mask, base)
+    return res if out is None else out.copy_(res)
 
 
 @_masked_mix.register("native")
-def _mix_native(delta: Any, mask: Any, base: Any, *, device: Any) -> Any:
+def _mix_native(delta: Any, mask: Any, base: Any, out: Any, *, device: Any) -> Any:
     import torch
 
     from rml_fast._native import _C
@@ -140,13 +161,14 @@ def _mix_native(delta: Any, mask: Any, base: Any, *, device: Any) -> Any:
         else mask.contiguous()
     )
     b = base.detach().contiguous()
-    out = torch.empty(n, j, k, dtype=delta.dtype)
+    if out is None:
+        out = torch.empty(n, j, k, dtype=delta.dtype)
     _C.circuits.masked_mix(d.numpy(), m.numpy(), b.numpy(), out.numpy())
     return out
 
 
 @_masked_mix.register("triton")
-def _mix_triton(delta: Any, mask: Any, base: Any, *, device: Any) -> Any:
+def _mix_triton(delta: Any, mask: Any, base: Any, out: Any, *, device: Any) -> Any:
     from rml_fast.kernels.triton.circuits import masked_mix_triton
 
-    return masked_mix_triton(delta, mask, base)
+    return masked_mix_triton(delta, mask, base, out=out)

@@ -34,7 +34,9 @@ def _masked_mix_kernel(
     tl.store(out_ptr + (n * J + j) * K + offs, acc, mask=in_k)
 
 
-def masked_mix_triton(delta: torch.Tensor, mask: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+def masked_mix_triton(
+    delta: torch.Tensor, mask: torch.Tensor, base: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Launch the kernel; ``delta (N, S_tot, K)``, ``mask (N, S, J)``, ``base (J, K)``."""
     delta = delta.contiguous()
     mask_u8 = mask.contiguous()
@@ -43,7 +45,8 @@ def masked_mix_triton(delta: torch.Tensor, mask: torch.Tensor, base: torch.Tenso
     base = base.contiguous()
     n, _, k = delta.shape
     s, j = mask_u8.shape[1], mask_u8.shape[2]
-    out = torch.empty(n, j, k, dtype=delta.dtype, device=delta.device)
+    if out is None:
+        out = torch.empty(n, j, k, dtype=delta.dtype, device=delta.device)
     if out.numel() == 0:
         return out
     block = min(1024, triton.next_power_of_2(k))
