@@ -116,3 +116,19 @@ def test_native_binding_checks():
         _C.circuits.masked_mix(
             delta.numpy(), mask.to(torch.uint8).numpy(), base.numpy(), out[:1].numpy()
         )
+
+
+@pytest.mark.parametrize("backend", ["native", "triton", "reference"])
+@pytest.mark.parametrize("path", ["dense", "sparse"])
+def test_out_buffer(backend, path):
+    if backend == "triton":
+        pytest.importorskip("triton")
+    delta, mask, base = _inputs(3, 5, 4, 6, 21, 0.3, torch.float64, seed=4)
+    out = torch.full((3, 6, 21), float("nan"), dtype=torch.float64)
+    res = masked_mix(delta, mask, base, path=path, backend=backend, out=out)
+    assert res.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, masked_mix_reference(delta, mask, base))
+    with pytest.raises(ValueError, match="out"):
+        masked_mix(delta, mask, base, out=out[:2])
+    with pytest.raises(ValueError, match="out"):
+        masked_mix(delta, mask, base, out=out.float())
