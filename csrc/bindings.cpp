@@ -11,6 +11,7 @@ void register_clip(py::module_ m);
 void register_lasso(py::module_ m);
 void register_gravitree(py::module_ m);
 void register_nudft(py::module_ m);
+void register_circuits(py::module_ m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "rml_fast native kernels (C++17, pybind11)";
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_C, m) {
   register_lasso(m.def_submodule("lasso"));
   register_gravitree(m.def_submodule("gravitree"));
   register_nudft(m.def_submodule("nudft"));
+  register_circuits(m.def_submodule("circuits"));
 
   m.def("build_info", [] {
     py::dict info;

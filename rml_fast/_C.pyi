@@ -60,3 +60,11 @@ class lasso:  # submodule rml_fast._C.lasso
         npt.NDArray[np.float64],
         npt.NDArray[np.int64],
     ]: ...
+class circuits:  # submodule rml_fast._C.circuits
+    @staticmethod
+    def masked_mix(
+        delta: npt.NDArray[np.floating[Any]],
+        mask: npt.NDArray[np.uint8],
+        base: npt.NDArray[np.floating[Any]],
+        out: npt.NDArray[np.floating[Any]],
+    ) -> None: ...

@@ -1,0 +1,412 @@
+"""Evaluate many candidate circuits of one query in one batched forward.
+
+A circuit is an edge mask ``m`` over :class:`~rml_fast.interp.EdgeGraph`. In the circuit run
+destination ``d`` (a head's q/k/v input, an MLP input, or the final residual) reads
+
+``x_d = sum_{s -> d} [m_sd a_s(run) + (1 - m_sd) a_s(abl)] + biases``
+
+where ``a_s(abl)`` is the source's output on the corrupted query (``"patching"``), zero
+(``"zero"``) or its mean over a batch of reference prompts (``"mean"``). :func:`evaluate_masks`
+runs all ``N`` masks as the batch axis of one forward: per layer it mixes the source deltas
+``a_s(run_n) - a_s(abl)`` into the destinations with :func:`rml_fast.kernels.circuits.masked_mix`
+(dense GEMM or sparse C++/Triton path), runs every head on its own input, and computes only the
+answer-position logits the metric needs. Positions after the answer position are dropped
+(causal attention makes them irrelevant). Masks are processed in chunks to bound memory.
+
+:func:`evaluate_masks_hooked` is the slow reference: one ordinary forward of the model per
+mask, with hooks that rewrite each destination input (as EAP-IG's ``evaluate_graph``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rml_fast._validation import Interval, check_scalar
+from rml_fast.interp.circuit_metrics import LogitDiff
+from rml_fast.interp.edge_graph import EdgeGraph
+from rml_fast.kernels.circuits import masked_mix
+from rml_fast.models.transformer import attention_heads, layer_norm
+
+_ABLATIONS = ("patching", "zero", "mean")
+_BACKENDS = ("auto", "torch", "cpp", "triton")
+_KERNEL_BACKEND = {"auto": "auto", "torch": "reference", "cpp": "native", "triton": "triton"}
+DEFAULT_CHUNK_BYTES = 256 * 2**20
+
+
+def source_names(model: Any) -> list[str]:
+    """Hook points whose outputs are the graph's source nodes (input, head results, MLPs)."""
+    names = ["blocks.0.hook_resid_pre"]
+    for layer in range(model.cfg.n_layers):
+        names.append(f"blocks.{layer}.attn.hook_result")
+        if not model.cfg.attn_only:
+            names.append(f"blocks.{layer}.hook_mlp_out")
+    return names
+
+
+def stack_sources(model: Any, cache: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Source outputs ``[B, n_fwd, P, D]`` in forward-node order from a run_with_cache cache."""
+    parts = [cache["blocks.0.hook_resid_pre"].unsqueeze(1)]
+    for layer in range(model.cfg.n_layers):
+        parts.append(cache[f"blocks.{layer}.attn.hook_result"].transpose(1, 2))
+        if not model.cfg.attn_only:
+            parts.append(cache[f"blocks.{layer}.hook_mlp_out"].unsqueeze(1))
+    return torch.cat(parts, dim=1)
+
+
+def source_activations(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, sources [B, n_fwd, P, D])`` of a plain run on ``tokens``."""
+    logits, cache = model.run_with_cache(tokens, names=source_names(model))
+    return logits, stack_sources(model, cache)
+
+
+def _check_tokens(model: Any, x: Any, name: str, batch_one: bool) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(x).__name__}")
+    if x.ndim != 2 or x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must be an integer tensor of shape (B, P), got {tuple(x.shape)}")
+    if batch_one and x.shape[0] != 1:
+        raise ValueError(f"{name} must have batch size 1 (one query), got {x.shape[0]}")
+    if x.numel() and (int(x.min()) < 0 or int(x.max()) >= model.cfg.d_vocab):
+        raise ValueError(f"{name} must hold token ids in [0, {model.cfg.d_vocab})")
+    return x.long()
+
+
+def _ablated(
+    model: Any, corrupt: torch.Tensor, ablation: str, n_pos: int, like: torch.Tensor
+) -> torch.Tensor:
+    """``a_s(abl)`` of shape ``[n_fwd, P, D]``."""
+    if ablation == "zero":
+        return torch.zeros_like(like[0])
+    _, src = source_activations(model, corrupt[:, :n_pos])
+    return src.mean(0)  # patching: batch of one; mean: dataset mean per position
+
+
+def _check_common(
+    model: Any, graph: EdgeGraph, clean: Any, corrupt: Any, metric: Any, ablation: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(graph, EdgeGraph):
+        raise TypeError(f"graph must be an EdgeGraph, got {type(graph).__name__}")
+    cfg = model.cfg
+    if (graph.n_layers, graph.n_heads, graph.has_mlp) != (
+        cfg.n_layers,
+        cfg.n_heads,
+        not cfg.attn_only,
+    ):
+        raise ValueError("graph does not match the model's shape")
+    if ablation not in _ABLATIONS:
+        raise ValueError(f"ablation must be one of {_ABLATIONS}, got {ablation!r}")
+    clean = _check_tokens(model, clean, "clean", True)
+    corrupt = _check_tokens(model, corrupt, "corrupt", ablation == "patching")
+    if ablation != "zero" and corrupt.shape[1] != clean.shape[1]:
+        raise ValueError(
+            f"corrupt must have clean's {clean.shape[1]} positions, got {corrupt.shape[1]}"
+        )
+    if not callable(metric):
+        raise TypeError("metric must be a LogitDiff or a callable logits -> Tensor[B]")
+    return clean, corrupt
+
+
+def evaluate_masks(
+    model: Any,
+    graph: EdgeGraph,
+    clean: torch.Tensor,
+    corrupt: torch.Tensor,
+    masks: torch.Tensor,
+    metric: LogitDiff | Callable[[torch.Tensor], torch.Tensor],
+    *,
+    ablation: str = "patching",
+    chunk: int | None = None,
+    backend: str = "auto",
+    path: str = "auto",
+    progress: bool = False,
+) -> torch.Tensor:
+    """The task metric of the circuit run of every mask, all masks in one batched forward.
+
+    ``result[n] = L(C_n(q))`` where circuit ``C_n`` keeps the edges of ``masks[n]`` and the
+    others carry their ablated values (see the module docstring).
+
+    Parameters
+    ----------
+    model : TinyTransformer
+    graph : EdgeGraph
+        ``EdgeGraph.from_model(model)``.
+    clean : LongTensor of shape (1, P)
+        The query ``q``.
+    corrupt : LongTensor of shape (1, P), or (B, P) for ``ablation="mean"``
+        ``q'`` for patching; the reference prompts whose mean activations replace removed
+        edges for mean ablation; ignored for zero ablation.
+    masks : BoolTensor of shape (N, n_fwd, n_bwd)
+    metric : LogitDiff or callable
+        A :class:`LogitDiff` lets the kernel compute only its few answer-position logits; any
+        other callable gets full logits ``[n, P, V]`` and must return ``[n]``.
+    ablation : {"patching", "zero", "mean"}, default="patching"
+    chunk : int or None, default=None
+        Masks per batched forward (None: as many as fit in ~256 MB of source deltas).
+    backend : {"auto", "torch", "cpp", "triton"}, default="auto"
+        Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
+    path : {"auto", "dense", "sparse"}, default="auto"
+        Mixing path (see :func:`rml_fast.kernels.circuits.masked_mix`).
+    progress : bool, default=False
+        Show a tqdm bar over the chunks.
+
+    Returns
+    -------
+    values : Tensor of shape (N,), float32 (the model's dtype), on the model's device
+
+    Raises
+    ------
+    TypeError, ValueError
+        On inputs of the wrong type, shape or value.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.models import TinyConfig, TinyTransformer
+    >>> from rml_fast.interp import EdgeGraph, LogitDiff, evaluate_masks
+    >>> model = TinyTransformer(TinyConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=10), seed=0)
+    >>> g = EdgeGraph.from_model(model)
+    >>> clean, corrupt = torch.tensor([[1, 2, 3]]), torch.tensor([[1, 4, 3]])
+    >>> metric = LogitDiff(pos=-1, answer=2, wrong=(4,))
+    >>> masks = torch.stack([g.real_edge_mask, torch.zeros_like(g.real_edge_mask)])
+    >>> vals = evaluate_masks(model, g, clean, corrupt, masks, metric)
+    >>> bool(torch.allclose(vals, torch.cat([metric(model(clean)), metric(model(corrupt))]), atol=1e-5))
+    True
+    """
+    clean, corrupt = _check_common(model, graph, clean, corrupt, metric, ablation)
+    masks = graph._check_mask(masks, "masks")
+    if masks.ndim != 3:
+        raise ValueError(f"masks must have shape (N, n_fwd, n_bwd), got {tuple(masks.shape)}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    if chunk is not None:
+        chunk = int(check_scalar(chunk, "chunk", Interval("int", 1, None)))
+    cfg = model.cfg
+    n_pos = clean.shape[1]
+    fast = isinstance(metric, LogitDiff)
+    pos = metric.pos % n_pos if fast else n_pos - 1
+    keep = pos + 1 if fast else n_pos  # causal: later positions cannot affect position pos
+    with torch.no_grad():
+        _, src_clean = source_activations(model, clean[:, :keep])
+        abl = _ablated(model, corrupt, ablation, keep, src_clean)
+        if chunk is None:
+            per_mask = graph.n_fwd * keep * cfg.d_model * src_clean.element_size() * 3
+            chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
+        masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
+        outs = []
+        from tqdm.auto import tqdm
+
+        starts = range(0, masks.shape[0], chunk)
+        for start in tqdm(starts, desc="circuits", disable=not progress, leave=False):
+            outs.append(
+                _batched_forward(
+                    model, graph, src_clean[0], abl, masks[start : start + chunk], metric,
+                    pos if fast else None, _KERNEL_BACKEND[backend], path,
+                    ablation == "patching",
+                )
+            )  # fmt: skip
+        if not outs:
+            return torch.zeros(0, dtype=src_clean.dtype, device=src_clean.device)
+        return torch.cat(outs)
+
+
+def _batched_forward(
+    model: Any,
+    graph: EdgeGraph,
+    clean_src: torch.Tensor,
+    abl: torch.Tensor,
+    masks: torch.Tensor,
+    metric: Any,
+    pos: int | None,
+    backend: str,
+    path: str,
+    patching: bool,
+) -> torch.Tensor:
+    cfg = model.cfg
+    n, n_fwd = masks.shape[0], graph.n_fwd
+    n_pos, d = abl.shape[1], abl.shape[2]
+    k = n_pos * d
+    H = cfg.n_heads
+    masks_u8 = masks.to(torch.uint8)
+    delta = torch.zeros(n, n_fwd, k, dtype=abl.dtype, device=abl.device)
+    delta[:, 0] = (clean_src[0] - abl[0]).reshape(k)
+    abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
+    bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
+
+    # one output buffer per destination count, re-used by every layer
+    buffers: dict[int, torch.Tensor] = {}
+
+    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor) -> torch.Tensor:
+        m = masks_u8[:, :limit, j0:j1]
+        base = base_vec.expand(j1 - j0, k).contiguous()
+        if j1 - j0 not in buffers:
+            buffers[j1 - j0] = torch.empty(n, j1 - j0, k, dtype=abl.dtype, device=abl.device)
+        return masked_mix(delta, m, base, path=path, backend=backend, out=buffers[j1 - j0])
+
+    # A node's output in run n matters only if some edge out of it is kept; under patching
+    # it also differs from the ablated output only if some edge into it is kept. Only those
+    # (run, node) pairs are computed; the others keep delta = 0 (exact, see above).
+    uses_out = masks.any(-1)  # [n, n_fwd]
+    uses_in = masks.any(-2)  # [n, n_bwd]
+    for layer, block in enumerate(model.blocks):
+        start = graph.head_index(layer, 0)
+        j0 = graph.qkv_index(layer, 0, "q")
+        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias).view(n, 3, H, k)
+        active = uses_out[:, start : start + H]
+        if patching:
+            active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
+        if float(active.float().mean()) > 0.5:  # dense: every head of every run at once
+            xs = x.view(n, 3, H, n_pos, d)
+            if block.ln1 is not None:  # one LN over the contiguous buffer, not three on views
+                xs = layer_norm(xs, block.ln1.w, block.ln1.b)
+            xs = xs.permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
+            res_all = attention_heads(xs[0], xs[1], xs[2], block.attn, None, hooked=False)
+            delta[:, start : start + H] = (
+                res_all.transpose(1, 2) - abl[start : start + H]
+            ).reshape(n, H, k) * active[:, :, None]
+            rn = rh = torch.zeros(0, dtype=torch.long)
+        else:
+            rn, rh = torch.nonzero(active, as_tuple=True)
+        if rn.numel():
+            xin = x[rn, :, rh].view(-1, 3, n_pos, d)  # [A, 3, P, D]
+            res = _head_pairs(xin, rh, block.attn, block.ln1)  # [A, P, D]
+            delta[rn, start + rh] = (res - abl[start + rh]).reshape(-1, k)
+        bias = bias + block.attn.b_O.repeat(n_pos)
+        if block.mlp is not None:
+            mi = graph.mlp_index(layer)
+            jm = graph.mlp_in_index(layer)
+            act_m = uses_out[:, mi] & (uses_in[:, jm] if patching else True)
+            rows = torch.nonzero(act_m).flatten()
+            if rows.numel():
+                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias)[rows].view(-1, n_pos, d)
+                if block.ln2 is not None:
+                    xm = layer_norm(xm, block.ln2.w, block.ln2.b)
+                delta[rows, mi] = (block.mlp(xm) - abl[mi]).reshape(-1, k)
+    # final residual: only the answer position when the metric is a LogitDiff
+    jl = graph.logits_index
+    if pos is not None:
+        dpos = delta.view(n, n_fwd, n_pos, d)[:, :, pos].contiguous()
+        base = (abl_cum[-1] + bias).view(n_pos, d)[pos]
+        resid = masked_mix(
+            dpos, masks_u8[:, :, jl : jl + 1], base[None], path=path, backend=backend
+        )
+        resid = resid[:, 0]  # [n, D]
+        if model.ln_final is not None:
+            resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
+        ids = metric.token_ids().to(resid.device)
+        sel = resid @ model.unembed[:, ids] + model.b_U[ids]  # [n, len(ids)]
+        rows = torch.full((n, cfg.d_vocab), float("nan"), dtype=sel.dtype, device=sel.device)
+        rows[:, ids] = sel
+        return metric.from_rows(rows)
+    resid = mix(n_fwd, jl, jl + 1, abl_cum[-1] + bias).view(n, n_pos, d)
+    if model.ln_final is not None:
+        resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
+    return torch.as_tensor(metric(resid @ model.unembed + model.b_U))
+
+
+def _head_pairs(x: torch.Tensor, heads: torch.Tensor, attn: Any, ln: Any) -> torch.Tensor:
+    """Attention of (run, head) pairs: ``x [A, 3, P, D]`` q/k/v inputs, ``heads [A]``.
+
+    Returns the head results ``z_h W_O^h`` of shape ``[A, P, D]`` (no ``b_O``).
+    """
+    if ln is not None:
+        x = layer_norm(x, ln.w, ln.b)
+    q = torch.baddbmm(attn.b_Q[heads][:, None], x[:, 0], attn.W_Q[heads])
+    k = torch.baddbmm(attn.b_K[heads][:, None], x[:, 1], attn.W_K[heads])
+    v = torch.baddbmm(attn.b_V[heads][:, None], x[:, 2], attn.W_V[heads])
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    n_pos = q.shape[1]
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).tril()
+    pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    return (pattern @ v) @ attn.W_O[heads]
+
+
+# --- the slow reference: one hooked forward per mask -------------------------------------
+
+
+def evaluate_masks_hooked(
+    model: Any,
+    graph: EdgeGraph,
+    clean: torch.Tensor,
+    corrupt: torch.Tensor,
+    masks: torch.Tensor,
+    metric: LogitDiff | Callable[[torch.Tensor], torch.Tensor],
+    *,
+    ablation: str = "patching",
+) -> torch.Tensor:
+    """Reference for :func:`evaluate_masks`: one hooked forward of the model per mask.
+
+    Hooks record each source's output in the current run and rewrite every destination input
+    (``blocks.{l}.hook_{q,k,v}_input``, ``blocks.{l}.hook_mlp_in``, the last
+    ``hook_resid_post``) as ``x_d - sum_s (1 - m_sd) (a_s(run) - a_s(abl))``.
+    Same parameters and result as :func:`evaluate_masks`.
+    """
+    clean, corrupt = _check_common(model, graph, clean, corrupt, metric, ablation)
+    masks = graph._check_mask(masks, "masks")
+    n_pos = clean.shape[1]
+    with torch.no_grad():
+        _, src_clean = source_activations(model, clean)
+        abl = _ablated(model, corrupt, ablation, n_pos, src_clean)  # [n_fwd, P, D]
+        out = [_hooked_single(model, graph, clean, abl, m, metric) for m in masks]
+        if not out:
+            return torch.zeros(0)
+        return torch.stack(out)
+
+
+def _hooked_single(
+    model: Any,
+    graph: EdgeGraph,
+    clean: torch.Tensor,
+    abl: torch.Tensor,
+    m: torch.Tensor,
+    metric: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    cfg = model.cfg
+    L, H = cfg.n_layers, cfg.n_heads
+    removed = (~m & graph.real_edge_mask.to(m.device)).to(abl.dtype)  # [n_fwd, n_bwd]
+    run: dict[int, torch.Tensor] = {}
+
+    def record(idx: int) -> Callable[[torch.Tensor, Any], None]:
+        def fn(x: torch.Tensor, hook: Any) -> None:
+            if x.ndim == 4:  # head results [1, P, H, D]
+                for h in range(H):
+                    run[idx + h] = x[0, :, h]
+            else:
+                run[idx] = x[0]
+
+        return fn
+
+    def correction(j: int) -> torch.Tensor:
+        lim = int(graph.src_limit[j])
+        diff = torch.stack([run[s] - abl[s] for s in range(lim)])  # [lim, P, D]
+        return torch.einsum("s,spd->pd", removed[:lim, j], diff)
+
+    def patch_qkv(layer: int, which: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def fn(x: torch.Tensor, hook: Any) -> torch.Tensor:
+            cols = [correction(graph.qkv_index(layer, h, which)) for h in range(H)]
+            return x - torch.stack(cols, dim=1)[None]
+
+        return fn
+
+    def patch(j: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        def fn(x: torch.Tensor, hook: Any) -> torch.Tensor:
+            return x - correction(j)[None]
+
+        return fn
+
+    hooks: list[tuple[str, Any]] = [("blocks.0.hook_resid_pre", record(0))]
+    for layer in range(L):
+        for w in "qkv":
+            hooks.append((f"blocks.{layer}.hook_{w}_input", patch_qkv(layer, w)))
+        hooks.append((f"blocks.{layer}.attn.hook_result", record(graph.head_index(layer, 0))))
+        if not cfg.attn_only:
+            hooks.append((f"blocks.{layer}.hook_mlp_in", patch(graph.mlp_in_index(layer))))
+            hooks.append((f"blocks.{layer}.hook_mlp_out", record(graph.mlp_index(layer))))
+    hooks.append((f"blocks.{L - 1}.hook_resid_post", patch(graph.logits_index)))
+    return torch.as_tensor(metric(model(clean, hooks=hooks))).reshape(-1)[0]
+
+
+__all__ = ["evaluate_masks", "evaluate_masks_hooked", "source_activations", "stack_sources"]
