@@ -6,11 +6,13 @@
 namespace py = pybind11;
 
 void register_random(py::module_ m);
+void register_sgg(py::module_ m);
 void register_clip(py::module_ m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "rml_fast native kernels (C++17, pybind11)";
   register_random(m.def_submodule("random"));
+  register_sgg(m.def_submodule("sgg"));
   register_clip(m.def_submodule("clip"));
 
   m.def("build_info", [] {

@@ -1,10 +1,11 @@
-"""Differential privacy: mechanisms and tight privacy accounting."""
+"""Differential privacy: SGG mechanisms and tight privacy-loss-distribution accounting."""
 
 from __future__ import annotations
 
 from rml_fast.privacy.pld import PLDAccountant, PrivacyLossDistribution
+from rml_fast.privacy.sgg import SGGMechanism, optimal_sgg
 
-__all__ = ["PLDAccountant", "PrivacyLossDistribution"]
+__all__ = ["PLDAccountant", "PrivacyLossDistribution", "SGGMechanism", "optimal_sgg"]
 
 # DP-C4 / per-sample clipping (issue 4): imported lazily, so that the accountant does not
 # pull in torch (and the estimators scikit-learn) until they are used.
