@@ -16,7 +16,7 @@ class random:  # submodule rml_fast._C.random
 class clip:  # submodule rml_fast._C.clip
     @staticmethod
     def ghost_norm_sq(
-        A: npt.NDArray[Any], D: npt.NDArray[Any], out: npt.NDArray[np.float64]
+        A: npt.NDArray[Any], D: npt.NDArray[Any], out: npt.NDArray[np.float64], gemm: int = 0
     ) -> None: ...
     @staticmethod
     def ghost_cross(
@@ -25,6 +25,7 @@ class clip:  # submodule rml_fast._C.clip
         A2: npt.NDArray[Any],
         D2: npt.NDArray[Any],
         out: npt.NDArray[np.float64],
+        gemm: int = 0,
     ) -> None: ...
     @staticmethod
     def scaled_outer_accumulate(
