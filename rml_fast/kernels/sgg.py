@@ -350,6 +350,8 @@ def angle_cdf_table(dim: int, size: int | None = None) -> tuple[np.ndarray, np.n
     ``H'(theta) = c_T sin^{T-2}(theta)``, ``c_T = Gamma(T/2) / (sqrt(pi) Gamma((T-1)/2))``.
     The default size grows like sqrt(dim) to keep the Hermite error below ~1e-14.
     """
+    if not isinstance(dim, int) or dim < 2:
+        raise ValueError(f"dim must be an int >= 2 for the angle table, got {dim!r}")
     if size is None:
         size = 65537 * max(1, math.ceil(math.sqrt(dim / 1000.0)))
     if size % 2 == 0:
