@@ -11,4 +11,4 @@ from rml_fast._native import _C
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "_C", "backend_info"]
+__all__ = ["_C", "__version__", "backend_info"]
