@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -59,7 +60,7 @@ def hash_embedder(d: int = 384) -> Callable[[list[str]], np.ndarray]:
         out = np.zeros((len(texts), d), dtype=np.float32)
         for i, t in enumerate(texts):
             words = t.lower().split()
-            grams = words + [a + "_" + b for a, b in zip(words, words[1:], strict=False)]
+            grams = words + [a + "_" + b for a, b in itertools.pairwise(words)]
             for g in grams:
                 h = hashlib.blake2b(g.encode(), digest_size=8).digest()
                 rng = np.random.default_rng(int.from_bytes(h, "little"))
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     res = run_demo(args.embedder, args.attribute, rng=args.seed)
     for key, val in res.__dict__.items():
-        print(f"{key:>22}: {val}")  # noqa: T201 - CLI output
+        print(f"{key:>22}: {val}")
     return 0
 
 
