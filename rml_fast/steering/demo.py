@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import itertools
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     res = run_demo(args.embedder, args.attribute, rng=args.seed)
     for key, val in res.__dict__.items():
-        print(f"{key:>22}: {val}")
+        sys.stdout.write(f"{key:>22}: {val}\n")
     return 0
 
 
