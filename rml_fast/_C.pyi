@@ -115,3 +115,28 @@ class sgg:  # submodule rml_fast._C.sgg (stubs added on the dpc4 branch when mer
         h: float,
         inf_mass: float,
     ) -> None: ...
+
+class nudft:  # submodule rml_fast._C.nudft
+    @staticmethod
+    def type1(
+        x: npt.NDArray[np.floating[Any]],
+        v: npt.NDArray[np.floating[Any]],
+        K: list[int],
+        dxi: list[float],
+        sign: int,
+        out_re: npt.NDArray[np.floating[Any]],
+        out_im: npt.NDArray[np.floating[Any]],
+        dens_re: npt.NDArray[np.floating[Any]] | None = None,
+        dens_im: npt.NDArray[np.floating[Any]] | None = None,
+    ) -> None: ...
+    @staticmethod
+    def type2(
+        x: npt.NDArray[np.floating[Any]],
+        re: npt.NDArray[np.floating[Any]],
+        im: npt.NDArray[np.floating[Any]],
+        w: npt.NDArray[np.floating[Any]],
+        K: list[int],
+        dxi: list[float],
+        sign: int,
+        y: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
