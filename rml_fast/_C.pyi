@@ -13,63 +13,7 @@ class random:  # submodule rml_fast._C.random
     @staticmethod
     def fill_normal(out: npt.NDArray[np.float32], seed: int, offset: int) -> None: ...
 
-class clip:  # submodule rml_fast._C.clip
-    @staticmethod
-    def ghost_norm_sq(
-        A: npt.NDArray[Any], D: npt.NDArray[Any], out: npt.NDArray[np.float64], gemm: int = 0
-    ) -> None: ...
-    @staticmethod
-    def ghost_cross(
-        A: npt.NDArray[Any],
-        D: npt.NDArray[Any],
-        A2: npt.NDArray[Any],
-        D2: npt.NDArray[Any],
-        out: npt.NDArray[np.float64],
-        gemm: int = 0,
-    ) -> None: ...
-    @staticmethod
-    def scaled_outer_accumulate(
-        A: npt.NDArray[Any],
-        D: npt.NDArray[Any],
-        w: npt.NDArray[Any],
-        seq_len: int,
-        out: npt.NDArray[Any],
-        noise_std: float,
-        seed: int,
-        offset: int,
-        gemm: int,
-    ) -> None: ...
-class lasso:  # submodule rml_fast._C.lasso
-    @staticmethod
-    def path(
-        X: npt.NDArray[np.floating[Any]],
-        Y: npt.NDArray[np.floating[Any]],
-        lambdas: npt.NDArray[np.float64],
-        col_norm2: npt.NDArray[np.float64],
-        warm_start: npt.NDArray[np.float64] | None = None,
-        tol: float = 1e-6,
-        max_epochs: int = 10000,
-        ws_start: int = 10,
-        anderson_k: int = 5,
-        screening: bool = True,
-        working_set: bool = True,
-        n_threads: int = 0,
-    ) -> tuple[
-        npt.NDArray[np.int64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.float64],
-        npt.NDArray[np.int64],
-    ]: ...
-class circuits:  # submodule rml_fast._C.circuits
-    @staticmethod
-    def masked_mix(
-        delta: npt.NDArray[np.floating[Any]],
-        mask: npt.NDArray[np.uint8],
-        base: npt.NDArray[np.floating[Any]],
-        out: npt.NDArray[np.floating[Any]],
-
-class sgg:  # submodule rml_fast._C.sgg (stubs added on the dpc4 branch when merging sgg)
+class sgg:  # submodule rml_fast._C.sgg
     GAMMA_ATTEMPTS: int
     @staticmethod
     def counters_per_row(dim: int) -> int: ...
@@ -115,6 +59,109 @@ class sgg:  # submodule rml_fast._C.sgg (stubs added on the dpc4 branch when mer
         h: float,
         inf_mass: float,
     ) -> None: ...
+    @staticmethod
+    def pld_epsilon_for_delta(
+        out: npt.NDArray[np.float64],
+        delta: npt.NDArray[np.float64],
+        pmf: npt.NDArray[np.float64],
+        lower: int,
+        h: float,
+        inf_mass: float,
+    ) -> None: ...
+
+class clip:  # submodule rml_fast._C.clip
+    @staticmethod
+    def ghost_norm_sq(
+        A: npt.NDArray[Any], D: npt.NDArray[Any], out: npt.NDArray[np.float64], gemm: int = 0
+    ) -> None: ...
+    @staticmethod
+    def ghost_cross(
+        A: npt.NDArray[Any],
+        D: npt.NDArray[Any],
+        A2: npt.NDArray[Any],
+        D2: npt.NDArray[Any],
+        out: npt.NDArray[np.float64],
+        gemm: int = 0,
+    ) -> None: ...
+    @staticmethod
+    def scaled_outer_accumulate(
+        A: npt.NDArray[Any],
+        D: npt.NDArray[Any],
+        w: npt.NDArray[Any],
+        seq_len: int,
+        out: npt.NDArray[Any],
+        noise_std: float,
+        seed: int,
+        offset: int,
+        gemm: int,
+    ) -> None: ...
+
+class lasso:  # submodule rml_fast._C.lasso
+    @staticmethod
+    def path(
+        X: npt.NDArray[np.floating[Any]],
+        Y: npt.NDArray[np.floating[Any]],
+        lambdas: npt.NDArray[np.float64],
+        col_norm2: npt.NDArray[np.float64],
+        warm_start: npt.NDArray[np.float64] | None = None,
+        tol: float = 1e-6,
+        max_epochs: int = 10000,
+        ws_start: int = 10,
+        anderson_k: int = 5,
+        screening: bool = True,
+        working_set: bool = True,
+        n_threads: int = 0,
+    ) -> tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
+        npt.NDArray[np.int64],
+    ]: ...
+
+class gravitree:  # submodule rml_fast._C.gravitree
+    class Search:
+        @property
+        def complete(self) -> bool: ...
+        @property
+        def keyboard_interrupt(self) -> bool: ...
+        @property
+        def n_trees(self) -> int: ...
+        @property
+        def optimal_objective(self) -> float: ...
+        @property
+        def stats(self) -> dict[str, Any]: ...
+        @property
+        def theta(self) -> float: ...
+        def count_without(self, feature: int) -> int: ...
+        def get(self, i: int) -> dict[str, Any]: ...
+        def record_counts(self) -> list[int]: ...
+        def record_objectives(self) -> npt.NDArray[np.float64]: ...
+
+    @staticmethod
+    def fit(
+        x: npt.NDArray[Any],
+        pos: npt.NDArray[Any],
+        tot: npt.NDArray[Any],
+        total_weight: float,
+        integral: bool,
+        lambda_: float,
+        depth: int,
+        branch: int,
+        loss: int,
+        tau: float,
+        cost: float,
+        falling: bool,
+        bound_mode: int,
+        bound_value: float,
+        time_limit: float,
+        prune: bool,
+        ignore_trivial: bool = False,
+        max_leaves: int = -1,
+        memory_limit_mb: float = 0.0,
+        n_threads: int = 1,
+        monitor: object = None,
+    ) -> gravitree.Search: ...
 
 class nudft:  # submodule rml_fast._C.nudft
     @staticmethod
@@ -139,4 +186,13 @@ class nudft:  # submodule rml_fast._C.nudft
         dxi: list[float],
         sign: int,
         y: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
+
+class circuits:  # submodule rml_fast._C.circuits
+    @staticmethod
+    def masked_mix(
+        delta: npt.NDArray[np.floating[Any]],
+        mask: npt.NDArray[np.uint8],
+        base: npt.NDArray[np.floating[Any]],
+        out: npt.NDArray[np.floating[Any]],
     ) -> None: ...
