@@ -115,10 +115,9 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
              for dt in dtypes if t != "multi64" or d * m <= 768 * 24576]
     if quick:
         cases = [c for c in cases if c["task"] != "multi64"]
-        repeat = min(repeat, 2)
-    return Suite(SUITE, quick=quick, progress=progress, repeat=repeat, warmup=0 if quick else 1).run(
-        cases, _body
-    )
+        repeat = 1
+    # warmup=1 keeps numba's JIT compilation (skglm) out of the timings
+    return Suite(SUITE, quick=quick, progress=progress, repeat=repeat, warmup=1).run(cases, _body)
 
 
 if __name__ == "__main__":

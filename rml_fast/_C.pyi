@@ -13,10 +13,66 @@ class random:  # submodule rml_fast._C.random
     @staticmethod
     def fill_normal(out: npt.NDArray[np.float32], seed: int, offset: int) -> None: ...
 
+class sgg:  # submodule rml_fast._C.sgg
+    GAMMA_ATTEMPTS: int
+    @staticmethod
+    def counters_per_row(dim: int) -> int: ...
+    @staticmethod
+    def sample(
+        out: npt.NDArray[Any],
+        n: int,
+        dim: int,
+        sigma: float,
+        k: float,
+        p: float,
+        seed: int,
+        offset: int,
+    ) -> None: ...
+    @staticmethod
+    def log_radius(
+        out: npt.NDArray[np.float64], dim: int, k: float, p: float, seed: int, offset: int
+    ) -> None: ...
+    @staticmethod
+    def loss_cdf(
+        out: npt.NDArray[np.float64],
+        losses: npt.NDArray[np.float64],
+        edges: npt.NDArray[np.float64],
+        r_nodes: npt.NDArray[np.float64],
+        r_weights: npt.NDArray[np.float64],
+        gl_t: npt.NDArray[np.float64],
+        gl_w: npt.NDArray[np.float64],
+        h_table: npt.NDArray[np.float64],
+        dh_table: npt.NDArray[np.float64],
+        dim: int,
+        sigma: float,
+        k: float,
+        p: float,
+        sensitivity: float,
+        log_norm: float,
+    ) -> None: ...
+    @staticmethod
+    def pld_delta_for_eps(
+        out: npt.NDArray[np.float64],
+        eps: npt.NDArray[np.float64],
+        pmf: npt.NDArray[np.float64],
+        lower: int,
+        h: float,
+        inf_mass: float,
+    ) -> None: ...
+    @staticmethod
+    def pld_epsilon_for_delta(
+        out: npt.NDArray[np.float64],
+        delta: npt.NDArray[np.float64],
+        pmf: npt.NDArray[np.float64],
+        lower: int,
+        h: float,
+        inf_mass: float,
+    ) -> None: ...
+
 class clip:  # submodule rml_fast._C.clip
     @staticmethod
     def ghost_norm_sq(
-        A: npt.NDArray[Any], D: npt.NDArray[Any], out: npt.NDArray[np.float64]
+        A: npt.NDArray[Any], D: npt.NDArray[Any], out: npt.NDArray[np.float64], gemm: int = 0
     ) -> None: ...
     @staticmethod
     def ghost_cross(
@@ -25,6 +81,7 @@ class clip:  # submodule rml_fast._C.clip
         A2: npt.NDArray[Any],
         D2: npt.NDArray[Any],
         out: npt.NDArray[np.float64],
+        gemm: int = 0,
     ) -> None: ...
     @staticmethod
     def scaled_outer_accumulate(
@@ -38,6 +95,7 @@ class clip:  # submodule rml_fast._C.clip
         offset: int,
         gemm: int,
     ) -> None: ...
+
 class lasso:  # submodule rml_fast._C.lasso
     @staticmethod
     def path(
@@ -60,14 +118,50 @@ class lasso:  # submodule rml_fast._C.lasso
         npt.NDArray[np.float64],
         npt.NDArray[np.int64],
     ]: ...
-class circuits:  # submodule rml_fast._C.circuits
+
+class gravitree:  # submodule rml_fast._C.gravitree
+    class Search:
+        @property
+        def complete(self) -> bool: ...
+        @property
+        def keyboard_interrupt(self) -> bool: ...
+        @property
+        def n_trees(self) -> int: ...
+        @property
+        def optimal_objective(self) -> float: ...
+        @property
+        def stats(self) -> dict[str, Any]: ...
+        @property
+        def theta(self) -> float: ...
+        def count_without(self, feature: int) -> int: ...
+        def get(self, i: int) -> dict[str, Any]: ...
+        def record_counts(self) -> list[int]: ...
+        def record_objectives(self) -> npt.NDArray[np.float64]: ...
+
     @staticmethod
-    def masked_mix(
-        delta: npt.NDArray[np.floating[Any]],
-        mask: npt.NDArray[np.uint8],
-        base: npt.NDArray[np.floating[Any]],
-        out: npt.NDArray[np.floating[Any]],
-    ) -> None: ...
+    def fit(
+        x: npt.NDArray[Any],
+        pos: npt.NDArray[Any],
+        tot: npt.NDArray[Any],
+        total_weight: float,
+        integral: bool,
+        lambda_: float,
+        depth: int,
+        branch: int,
+        loss: int,
+        tau: float,
+        cost: float,
+        falling: bool,
+        bound_mode: int,
+        bound_value: float,
+        time_limit: float,
+        prune: bool,
+        ignore_trivial: bool = False,
+        max_leaves: int = -1,
+        memory_limit_mb: float = 0.0,
+        n_threads: int = 1,
+        monitor: object = None,
+    ) -> gravitree.Search: ...
 
 class nudft:  # submodule rml_fast._C.nudft
     @staticmethod
@@ -92,4 +186,13 @@ class nudft:  # submodule rml_fast._C.nudft
         dxi: list[float],
         sign: int,
         y: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
+
+class circuits:  # submodule rml_fast._C.circuits
+    @staticmethod
+    def masked_mix(
+        delta: npt.NDArray[np.floating[Any]],
+        mask: npt.NDArray[np.uint8],
+        base: npt.NDArray[np.floating[Any]],
+        out: npt.NDArray[np.floating[Any]],
     ) -> None: ...

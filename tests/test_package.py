@@ -63,7 +63,9 @@ def _stub_functions() -> dict[str, set[str]]:
         if isinstance(node, ast.FunctionDef):
             found[""].add(node.name)
         elif isinstance(node, ast.ClassDef):
-            found[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            found[node.name] = {
+                n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+            }
     return found
 
 

@@ -40,19 +40,20 @@ void require(bool ok, const std::string& msg) {
 }
 
 template <typename T>
-void ghost_impl(const py::array& A, const py::array& D, py::array& out) {
+void ghost_impl(const py::array& A, const py::array& D, py::array& out, std::uintptr_t gemm) {
   const T* a = cview<T>(A, "A", 3);
   const T* d = cview<T>(D, "D", 3);
   double* o = wview<double>(out, "out", 1);
   require(D.shape(0) == A.shape(0) && D.shape(1) == A.shape(1), "D: expected shape (B, S, p)");
   require(out.shape(0) == A.shape(0), "out: expected shape (B,)");
+  auto fn = reinterpret_cast<rml::clip::GemmFn<T>>(gemm);
   py::gil_scoped_release release;
-  rml::clip::ghost_norm_sq<T>(a, d, A.shape(0), A.shape(1), A.shape(2), D.shape(2), o);
+  rml::clip::ghost_norm_sq<T>(a, d, A.shape(0), A.shape(1), A.shape(2), D.shape(2), o, fn);
 }
 
 template <typename T>
 void cross_impl(const py::array& A, const py::array& D, const py::array& A2, const py::array& D2,
-                py::array& out) {
+                py::array& out, std::uintptr_t gemm) {
   const T* a = cview<T>(A, "A", 3);
   const T* d = cview<T>(D, "D", 3);
   const T* a2 = cview<T>(A2, "A2", 3);
@@ -64,8 +65,10 @@ void cross_impl(const py::array& A, const py::array& D, const py::array& A2, con
   require(D2.shape(0) == B && D2.shape(1) == A2.shape(1) && D2.shape(2) == D.shape(2),
           "D2: expected shape (B, S2, p)");
   require(out.shape(0) == B, "out: expected shape (B,)");
+  auto fn = reinterpret_cast<rml::clip::GemmFn<T>>(gemm);
   py::gil_scoped_release release;
-  rml::clip::ghost_cross<T>(a, d, a2, d2, B, A.shape(1), A2.shape(1), A.shape(2), D.shape(2), o);
+  rml::clip::ghost_cross<T>(a, d, a2, d2, B, A.shape(1), A2.shape(1), A.shape(2), D.shape(2), o,
+                            fn);
 }
 
 template <typename T>
@@ -95,18 +98,20 @@ void register_clip(py::module_ m) {
   m.doc() = "Per-sample clipping: ghost norms, cross-Grams, row-scaled accumulate (+ Philox noise)";
   m.def(
       "ghost_norm_sq",
-      [](const py::array& A, const py::array& D, py::array out) {
-        is_f32(A) ? ghost_impl<float>(A, D, out) : ghost_impl<double>(A, D, out);
+      [](const py::array& A, const py::array& D, py::array out, std::uintptr_t gemm) {
+        is_f32(A) ? ghost_impl<float>(A, D, out, gemm) : ghost_impl<double>(A, D, out, gemm);
       },
-      "A"_a, "D"_a, "out"_a,
-      "out[i] = ||D_i^T A_i||_F^2 for A (B,S,d), D (B,S,p) float32/float64; out (B,) float64.");
+      "A"_a, "D"_a, "out"_a, "gemm"_a = 0,
+      "out[i] = ||D_i^T A_i||_F^2 for A (B,S,d), D (B,S,p) float32/float64; out (B,) float64. "
+      "gemm: address of a Fortran ?gemm for the Grams when S >= 16 (0: loops, float64 sums).");
   m.def(
       "ghost_cross",
       [](const py::array& A, const py::array& D, const py::array& A2, const py::array& D2,
-         py::array out) {
-        is_f32(A) ? cross_impl<float>(A, D, A2, D2, out) : cross_impl<double>(A, D, A2, D2, out);
+         py::array out, std::uintptr_t gemm) {
+        is_f32(A) ? cross_impl<float>(A, D, A2, D2, out, gemm)
+                  : cross_impl<double>(A, D, A2, D2, out, gemm);
       },
-      "A"_a, "D"_a, "A2"_a, "D2"_a, "out"_a,
+      "A"_a, "D"_a, "A2"_a, "D2"_a, "out"_a, "gemm"_a = 0,
       "out[i] = <D_i^T A_i, D2_i^T A2_i>_F; out (B,) float64.");
   m.def(
       "scaled_outer_accumulate",

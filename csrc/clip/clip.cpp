@@ -61,11 +61,40 @@ double cross_one(const T* a, const T* dd, const T* a2, const T* d2, std::int64_t
   return acc;
 }
 
+// Grams by the BLAS, one sample at a time (the BLAS threads inside): column-major
+// C (S x S2) = M^T M2 with M the row-major (S x d) block read as column-major (d x S).
+template <typename T>
+void ghost_blas(const T* A, const T* D, const T* A2, const T* D2, std::int64_t B, std::int64_t S,
+                std::int64_t S2, std::int64_t d, std::int64_t p, double* out, GemmFn<T> gemm) {
+  std::vector<T> ga(static_cast<std::size_t>(S * S2)), gd(static_cast<std::size_t>(S * S2));
+  const int m = static_cast<int>(S), n = static_cast<int>(S2);
+  const int kd = static_cast<int>(d), kp = static_cast<int>(p);
+  const T one = 1, zero = 0;
+  const std::int64_t nn = S * S2;
+  for (std::int64_t i = 0; i < B; ++i) {
+    gemm("T", "N", &m, &n, &kd, &one, A + i * S * d, &kd, A2 + i * S2 * d, &kd, &zero, ga.data(),
+         &m);
+    gemm("T", "N", &m, &n, &kp, &one, D + i * S * p, &kp, D2 + i * S2 * p, &kp, &zero, gd.data(),
+         &m);
+    out[i] = dot(ga.data(), gd.data(), nn);
+  }
+}
+
+template <typename T>
+bool use_blas(GemmFn<T> gemm, std::int64_t S, std::int64_t S2, std::int64_t d, std::int64_t p) {
+  return gemm != nullptr && S >= kBlasMinRows && S2 >= kBlasMinRows && S <= INT_MAX &&
+         S2 <= INT_MAX && d <= INT_MAX && p <= INT_MAX;
+}
+
 }  // namespace
 
 template <typename T>
 void ghost_norm_sq(const T* A, const T* D, std::int64_t B, std::int64_t S, std::int64_t d,
-                   std::int64_t p, double* out) {
+                   std::int64_t p, double* out, GemmFn<T> gemm) {
+  if (use_blas(gemm, S, S, d, p)) {
+    ghost_blas(A, D, A, D, B, S, S, d, p, out, gemm);
+    return;
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t i = 0; i < B; ++i) {
     out[i] = ghost_one(A + i * S * d, D + i * S * p, S, d, p);
@@ -74,7 +103,11 @@ void ghost_norm_sq(const T* A, const T* D, std::int64_t B, std::int64_t S, std::
 
 template <typename T>
 void ghost_cross(const T* A, const T* D, const T* A2, const T* D2, std::int64_t B, std::int64_t S,
-                 std::int64_t S2, std::int64_t d, std::int64_t p, double* out) {
+                 std::int64_t S2, std::int64_t d, std::int64_t p, double* out, GemmFn<T> gemm) {
+  if (use_blas(gemm, S, S2, d, p)) {
+    ghost_blas(A, D, A2, D2, B, S, S2, d, p, out, gemm);
+    return;
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t i = 0; i < B; ++i) {
     out[i] = cross_one(A + i * S * d, D + i * S * p, A2 + i * S2 * d, D2 + i * S2 * p, S, S2, d,
@@ -130,9 +163,9 @@ void scaled_outer_accumulate(const T* A, const T* D, const T* w, std::int64_t N,
 
 #define RML_CLIP_INSTANTIATE(T)                                                                    \
   template void ghost_norm_sq<T>(const T*, const T*, std::int64_t, std::int64_t, std::int64_t,     \
-                                 std::int64_t, double*);                                           \
+                                 std::int64_t, double*, GemmFn<T>);                                \
   template void ghost_cross<T>(const T*, const T*, const T*, const T*, std::int64_t, std::int64_t, \
-                               std::int64_t, std::int64_t, std::int64_t, double*);                 \
+                               std::int64_t, std::int64_t, std::int64_t, double*, GemmFn<T>);      \
   template void scaled_outer_accumulate<T>(const T*, const T*, const T*, std::int64_t,             \
                                            std::int64_t, std::int64_t, std::int64_t, T*, double,   \
                                            std::uint64_t, std::uint64_t, GemmFn<T>);

@@ -14,14 +14,19 @@ using GemmFn = void (*)(const char*, const char*, const int*, const int*, const 
                         const T*, const int*, const T*, const int*, const T*, T*, const int*);
 
 // out[i] = ||D_i^T A_i||_F^2 = sum_{s,s'} (a_is . a_is')(d_is . d_is'), accumulated in double.
+// gemm may be null; when given and S >= kBlasMinRows, each sample's two Grams are formed by
+// the BLAS (O(S^2) scratch) and Hadamard-reduced in double.
 template <typename T>
 void ghost_norm_sq(const T* A, const T* D, std::int64_t B, std::int64_t S, std::int64_t d,
-                   std::int64_t p, double* out);
+                   std::int64_t p, double* out, GemmFn<T> gemm = nullptr);
 
 // out[i] = <D_i^T A_i, D2_i^T A2_i>_F = sum_{s,s'} (a_is . a2_is')(d_is . d2_is').
 template <typename T>
 void ghost_cross(const T* A, const T* D, const T* A2, const T* D2, std::int64_t B, std::int64_t S,
-                 std::int64_t S2, std::int64_t d, std::int64_t p, double* out);
+                 std::int64_t S2, std::int64_t d, std::int64_t p, double* out,
+                 GemmFn<T> gemm = nullptr);
+
+constexpr std::int64_t kBlasMinRows = 16;
 
 // out (p x d) = sum_r w[r / S] D[r]^T A[r] + noise_std * normal(seed, offset + j * d + k).
 // gemm may be null (a blocked loop is used instead).

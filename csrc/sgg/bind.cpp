@@ -132,4 +132,22 @@ void register_sgg(py::module_ m) {
       },
       "out"_a, "eps"_a, "pmf"_a, "lower"_a, "h"_a, "inf_mass"_a,
       "Vectorised delta(eps) of a discrete PLD (suffix sums + binary search).");
+  m.def(
+      "pld_epsilon_for_delta",
+      [](py::array out, const py::array& delta, const py::array& pmf, std::int64_t lower, double h,
+         double inf_mass) {
+        double* o = rml::writable_vector<double>(out, "out");
+        const double* d = readonly_vector(delta, "delta");
+        const double* pm = readonly_vector(pmf, "pmf");
+        if (out.shape(0) != delta.shape(0)) throw py::value_error("out and delta must have the same length");
+        if (pmf.shape(0) < 1) throw py::value_error("pmf must not be empty");
+        if (!(h > 0.0) || !std::isfinite(h)) throw py::value_error("h must be finite and > 0");
+        if (!(inf_mass >= 0.0 && inf_mass <= 1.0)) throw py::value_error("inf_mass must lie in [0, 1]");
+        const auto nq = static_cast<std::int64_t>(delta.shape(0));
+        const auto n = static_cast<std::int64_t>(pmf.shape(0));
+        py::gil_scoped_release release;
+        rml::sgg::pld_epsilon_for_delta(o, d, nq, pm, n, lower, h, inf_mass);
+      },
+      "out"_a, "delta"_a, "pmf"_a, "lower"_a, "h"_a, "inf_mass"_a,
+      "Vectorised epsilon(delta) of a discrete PLD (suffix sums, binary search, exact in-cell solve).");
 }

@@ -56,4 +56,10 @@ namespace rml::sgg {
 void pld_delta_for_eps(double* out, const double* eps, std::int64_t nq, const double* pmf,
                        std::int64_t n, std::int64_t lower, double h, double inf_mass);
 
+// Smallest eps >= 0 with delta(eps) <= delta_q (+inf when inf_mass > delta_q): delta at the
+// lattice points by suffix sums, a binary search for the first point meeting the target, and
+// the exact solution of s1_k - e^{eps - l_0} s2_k + inf_mass = delta_q inside that cell.
+void pld_epsilon_for_delta(double* out, const double* delta, std::int64_t nq, const double* pmf,
+                           std::int64_t n, std::int64_t lower, double h, double inf_mass);
+
 }  // namespace rml::sgg

@@ -98,7 +98,7 @@ def eap_ig_scores(
     >>> s = eap_ig_scores(model, g, torch.tensor([[1, 2, 3]]), torch.tensor([[1, 4, 3]]),
     ...                   LogitDiff(-1, 2, (4,)))
     >>> tuple(s.shape), bool((s[~g.real_edge_mask] == 0).all())
-    ((5, 9), True)
+    ((4, 8), True)
     """
     if not isinstance(graph, EdgeGraph):
         raise TypeError(f"graph must be an EdgeGraph, got {type(graph).__name__}")

@@ -7,7 +7,7 @@ here work on those rows without ever forming the ``B`` matrices ``G_i``:
 
 * :func:`ghost_norm_sq` -- ``||G_i||_F^2 = sum((A_i A_i^T) * (D_i D_i^T))`` and the cross
   term ``<G_i, G2_i>_F = sum((A_i A2_i^T) * (D_i D2_i^T))`` (Li et al., arXiv 2110.05679;
-  Bu et al., arXiv 2210.00038), accumulated in float64.
+  Bu et al., arXiv 2210.00038), Hadamard sums in float64.
 * :func:`scaled_outer_accumulate` -- ``out = sum_i w_i G_i = D^T diag(w[row // S]) A`` (one
   GEMM with the per-sample weights fused into the rows), optionally plus
   ``noise_std * z`` with ``z`` the Philox normal stream ``normal(p * d, seed, offset)``
@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 _ghost = Kernel("clip.ghost_norm_sq")
+# Rows per sample from which the native ghost kernel forms Grams with the BLAS. Below it the
+# OpenMP float64 loops were as fast and far steadier here (SciPy's OpenBLAS threads contend
+# with torch's on a loaded 2-core machine: 16 ms to 2.9 s for one B=16, S=128 call).
+_GHOST_BLAS_MIN_ROWS = 256
 _accumulate = Kernel("clip.scaled_outer_accumulate")
 _FLOATS = (torch.float32, torch.float64)
 
@@ -89,8 +93,10 @@ def ghost_norm_sq(
     Returns
     -------
     out : torch.Tensor of shape (B,), float64
-        Accumulated in float64 on the native and reference backends and in float32
-        on the Triton one (then cast).
+        Native: for ``S >= 256`` each sample's Grams come from the BLAS in the input
+        precision (O(S^2) scratch, one sample at a time) and are Hadamard-summed in
+        float64; below, float64 dot products. Reference: float64 throughout. Triton:
+        float32 tiles (then cast).
 
     Raises
     ------
@@ -159,10 +165,13 @@ def _ghost_native(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.
     A, D = A.detach().contiguous(), D.detach().contiguous()
     out = torch.empty(A.shape[0], dtype=torch.float64)
     if A2 is None:
-        _C.clip.ghost_norm_sq(A.numpy(), D.numpy(), out.numpy())
+        gemm = _blas_gemm(A.dtype) if A.shape[1] >= _GHOST_BLAS_MIN_ROWS else 0
+        _C.clip.ghost_norm_sq(A.numpy(), D.numpy(), out.numpy(), gemm)
     else:
         A2, D2 = A2.detach().contiguous(), D2.detach().contiguous()
-        _C.clip.ghost_cross(A.numpy(), D.numpy(), A2.numpy(), D2.numpy(), out.numpy())
+        rows = min(A.shape[1], A2.shape[1])
+        gemm = _blas_gemm(A.dtype) if rows >= _GHOST_BLAS_MIN_ROWS else 0
+        _C.clip.ghost_cross(A.numpy(), D.numpy(), A2.numpy(), D2.numpy(), out.numpy(), gemm)
     return out
 
 

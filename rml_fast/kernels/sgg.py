@@ -48,6 +48,8 @@ __all__ = [
     "counters_per_row",
     "pld_delta_for_epsilon",
     "pld_delta_for_epsilon_reference",
+    "pld_epsilon_for_delta",
+    "pld_epsilon_for_delta_reference",
     "radius_nodes",
     "sgg_loss_cdf",
     "sgg_loss_cdf_reference",
@@ -350,6 +352,8 @@ def angle_cdf_table(dim: int, size: int | None = None) -> tuple[np.ndarray, np.n
     ``H'(theta) = c_T sin^{T-2}(theta)``, ``c_T = Gamma(T/2) / (sqrt(pi) Gamma((T-1)/2))``.
     The default size grows like sqrt(dim) to keep the Hermite error below ~1e-14.
     """
+    if not isinstance(dim, int) or dim < 2:
+        raise ValueError(f"dim must be an int >= 2 for the angle table, got {dim!r}")
     if size is None:
         size = 65537 * max(1, math.ceil(math.sqrt(dim / 1000.0)))
     if size % 2 == 0:
@@ -621,4 +625,83 @@ def _pld_delta_native(pmf, lower, h, inf_mass, eps, *, device):  # type: ignore[
 
     out = np.empty(eps.size)
     _C.sgg.pld_delta_for_eps(out, eps, pmf, lower, h, inf_mass)
+    return out
+
+
+_pld_eps = Kernel("sgg.pld_epsilon_for_delta")
+
+
+def pld_epsilon_for_delta(
+    pmf: np.ndarray,
+    lower_index: int,
+    h: float,
+    infinity_mass: float,
+    delta: np.ndarray,
+    *,
+    backend: str = "auto",
+) -> np.ndarray:
+    """Vectorised smallest ``eps >= 0`` with ``delta(eps) <= delta`` (``inf`` if none).
+
+    Between lattice points ``delta(eps) = S1_k - e^eps S2_k + p_inf`` with fixed suffix sums,
+    so the solution inside the cell is exact for the discrete PLD.
+
+    Parameters
+    ----------
+    pmf : ndarray of shape (n,), float64
+    lower_index : int
+    h : float
+    infinity_mass : float
+    delta : ndarray of shape (q,), float64
+    backend : {"auto", "native", "reference"}
+
+    Returns
+    -------
+    epsilon : ndarray of shape (q,)
+    """
+    return _pld_eps(
+        np.ascontiguousarray(pmf, dtype=np.float64), int(lower_index), float(h),
+        float(infinity_mass), np.ascontiguousarray(delta, dtype=np.float64),
+        device=resolve_device(None), backend=backend,
+    )
+
+
+def pld_epsilon_for_delta_reference(
+    pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, delta: np.ndarray
+) -> np.ndarray:
+    """NumPy twin of :func:`pld_epsilon_for_delta`."""
+    losses = (lower_index + np.arange(pmf.size)) * h
+    base = float(losses[0])
+    s1 = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
+    s2 = np.concatenate([np.cumsum((pmf * np.exp(base - losses))[::-1])[::-1], [0.0]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        d_grid = s1[1:] - np.exp(losses - base) * s2[1:]
+    d_grid[-1] = 0.0
+    d_grid = np.maximum(d_grid, 0.0) + infinity_mass
+    out = np.empty(delta.shape, dtype=np.float64)
+    for n, target in enumerate(delta.ravel()):
+        if infinity_mass > target:
+            out.flat[n] = math.inf
+            continue
+        # first k with d_grid[k] <= target: eps lies in (l_{k-1}, l_k], atoms i >= k above it
+        k = min(int(np.searchsorted(-d_grid, -target, side="left")), losses.size - 1)
+        rest = s1[k] + infinity_mass - target
+        if s2[k] <= 0.0 or rest <= 0.0:
+            eps = losses[k - 1] if k > 0 else 0.0
+        else:
+            eps = min(base + math.log(rest / s2[k]), losses[k])
+        out.flat[n] = max(eps, 0.0)
+    return out
+
+
+@_pld_eps.register("reference")
+def _pld_eps_ref(pmf, lower, h, inf_mass, delta, *, device):  # type: ignore[no-untyped-def]
+    return pld_epsilon_for_delta_reference(pmf, lower, h, inf_mass, delta)
+
+
+@_pld_eps.register("native")
+def _pld_eps_native(pmf, lower, h, inf_mass, delta, *, device):  # type: ignore[no-untyped-def]
+    from rml_fast._native import _C
+
+    out = np.empty(delta.size)
+    _C.sgg.pld_epsilon_for_delta(out, delta, pmf, lower, h, inf_mass)
     return out

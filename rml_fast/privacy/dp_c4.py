@@ -246,6 +246,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
         self.threshold_shift = float(check_scalar(threshold_shift, "threshold_shift", _POS))
         if callable(anchor_budget_fraction):
             self._rho: Callable[[int], float] = anchor_budget_fraction
+            check_scalar(float(anchor_budget_fraction(0)), "anchor_budget_fraction(0)", _FRACTION)
         else:
             rho = float(check_scalar(anchor_budget_fraction, "anchor_budget_fraction", _FRACTION))
             self._rho = lambda t: rho

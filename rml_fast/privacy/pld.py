@@ -70,40 +70,11 @@ class _Pmf:
 
         return pld_delta_for_epsilon(self.pmf, self.lower_index, self.h, self.infinity_mass, eps)
 
-    def _suffix_sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        # S1_j = sum_{i>=j} p_i and S2_j = sum_{i>=j} p_i e^{-(l_i - l_0)}, so that
-        # sum_{i>=j} p_i e^{eps - l_i} = e^{eps - l_0} S2_j without overflow.
-        p, losses = self.pmf, self.losses
-        base = float(losses[0])
-        s1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
-        s2 = np.concatenate([np.cumsum((p * np.exp(base - losses))[::-1])[::-1], [0.0]])
-        return losses, s1, s2, base
-
     def epsilon(self, delta: np.ndarray) -> np.ndarray:
         """Smallest eps >= 0 with delta(eps) <= delta (inf if p_inf > delta)."""
-        losses, s1, s2, base = self._suffix_sums()
-        # delta at each grid point l_k: the atoms strictly above are i >= k + 1.
-        with np.errstate(over="ignore", invalid="ignore"):
-            d_grid = s1[1:] - np.exp(losses - base) * s2[1:]
-        d_grid[-1] = 0.0
-        d_grid = np.maximum(d_grid, 0.0) + self.infinity_mass
-        # d_grid is non-increasing; find the first grid point with d_grid <= delta.
-        out = np.empty(delta.shape, dtype=np.float64)
-        for n, target in enumerate(delta.ravel()):
-            if self.infinity_mass > target:
-                out.flat[n] = math.inf
-                continue
-            # First k with d_grid[k] <= target, so eps lies in (l_{k-1}, l_k] where the
-            # atoms strictly above eps are i >= k: solve s1[k] - e^{eps-top} s2[k] + p_inf.
-            k = int(np.searchsorted(-d_grid, -target, side="left"))
-            k = min(k, losses.size - 1)
-            rest = s1[k] + self.infinity_mass - target
-            if s2[k] <= 0.0 or rest <= 0.0:
-                eps = losses[k - 1] if k > 0 else 0.0
-            else:
-                eps = min(base + math.log(rest / s2[k]), losses[k])
-            out.flat[n] = max(eps, 0.0)
-        return out
+        from rml_fast.kernels.sgg import pld_epsilon_for_delta
+
+        return pld_epsilon_for_delta(self.pmf, self.lower_index, self.h, self.infinity_mass, delta)
 
 
 def _trim(p: np.ndarray, lower: int) -> tuple[np.ndarray, int]:

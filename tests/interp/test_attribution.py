@@ -146,3 +146,25 @@ def test_invalid_inputs(setup):
         eap_ig_scores(model, g, clean, corrupt[:, :-1], metric)
     with pytest.raises(TypeError, match="graph"):
         eap_ig_scores(model, None, clean, corrupt, metric)
+
+
+def test_eap_is_exact_for_logit_edges_without_final_layer_norm():
+    """Without a final LN the logits are linear in the final residual, so removing the edge
+    s -> logits changes L by exactly -score(s -> logits) (EAP at the clean point)."""
+    from rml_fast.interp import evaluate_masks
+
+    cfg = TinyConfig(n_layers=2, d_model=16, n_heads=2, d_mlp=24, n_ctx=10, d_vocab=13, ln=False)
+    model = TinyTransformer(cfg, seed=1).double()
+    g = EdgeGraph.from_model(model)
+    clean = torch.tensor([[1, 4, 2, 9, 3, 7, 5]])
+    corrupt = torch.tensor([[1, 8, 0, 9, 6, 7, 5]])
+    metric = LogitDiff(-1, 3, (5,))
+    scores = eap_ig_scores(model, g, clean, corrupt, metric, method="eap")
+    masks = g.real_edge_mask.repeat(g.n_fwd, 1, 1)
+    for s in range(g.n_fwd):
+        masks[s, s, g.logits_index] = False
+    vals = evaluate_masks(model, g, clean, corrupt, masks, metric)
+    with torch.no_grad():
+        l_clean = metric(model(clean))
+    torch.testing.assert_close(vals - l_clean, -scores[:, g.logits_index], rtol=1e-9, atol=1e-10)
+    assert float(scores[:, g.logits_index].abs().max()) > 1e-3

@@ -111,3 +111,18 @@ def test_bad_inputs_raise() -> None:
         k.scaled_outer_accumulate(A.reshape(6, 4), D.reshape(6, 5), torch.ones(2), 3, noise_std=-1.0)
     with pytest.raises(ValueError, match="seq_len"):
         k.scaled_outer_accumulate(A.reshape(6, 4), D.reshape(6, 5), torch.ones(2), 0)
+
+
+def test_native_ghost_loops_and_blas_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the row threshold the BLAS-Gram path runs; with no BLAS pointer, the loops."""
+    monkeypatch.setattr(k, "_GHOST_BLAS_MIN_ROWS", 16)
+    gen = torch.Generator().manual_seed(0)
+    A, D = torch.randn(3, 40, 21, generator=gen), torch.randn(3, 40, 13, generator=gen)
+    A2, D2 = torch.randn(3, 17, 21, generator=gen), torch.randn(3, 17, 13, generator=gen)
+    blas = (k.ghost_norm_sq(A, D, backend="native"), k.ghost_norm_sq(A, D, A2, D2, backend="native"))
+    monkeypatch.setattr(k, "_blas_gemm", lambda dtype: 0)
+    loops = (k.ghost_norm_sq(A, D, backend="native"), k.ghost_norm_sq(A, D, A2, D2, backend="native"))
+    ref = (k.ghost_norm_sq_reference(A, D), k.ghost_norm_sq_reference(A, D, A2, D2))
+    for b, lo, r in zip(blas, loops, ref, strict=True):
+        torch.testing.assert_close(lo, r, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(b, r, rtol=1e-5, atol=1e-4)

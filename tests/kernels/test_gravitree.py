@@ -76,6 +76,8 @@ CASES = [
     (4, 36, 4, 3, 0.015, 0.2, 1),
     (5, 40, 4, 3, 0.0, 0.0, 0),
     (6, 20, 5, 2, 0.03, 0.5, 0),
+    (21, 40, 5, 3, 0.01, 0.15, None),
+    (22, 40, 5, 3, 0.005, 0.1, 1),
 ]
 
 
@@ -297,3 +299,38 @@ def test_threads_give_identical_output():
     assert [canonical_string(one.tree(i), oriented=True) for i in range(len(one))] == [
         canonical_string(two.tree(i), oriented=True) for i in range(len(two))]
     assert one.stats["n_subproblems"] == two.stats["n_subproblems"]
+
+
+def test_ctrl_c_stops_the_search_and_keeps_the_result():
+    """SIGINT during a long search: the fit returns a flagged partial result, no traceback."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import json, sys, numpy as np\n"
+        "from rml_fast.kernels.gravitree import gravitree_fit\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = rng.integers(0, 2, size=(3000, 30))\n"
+        "y = (rng.random(3000) < 0.3 + 0.4 * X[:, 0]).astype(int)\n"
+        "print('started', flush=True)\n"
+        "res = gravitree_fit(X, y, depth=6, regularization=0.0005, bound_value=0.5)\n"
+        "print(json.dumps({'complete': res.complete, 'n': int(len(res) > 0),\n"
+        "                  'ki': res.stats['keyboard_interrupt']}), flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"complete": False, "n": 1, "ki": True}

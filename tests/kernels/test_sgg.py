@@ -193,3 +193,17 @@ def test_pld_delta_readout_native_matches_reference():
 
     with pytest.raises(ValueError, match="inf_mass"):
         _C.sgg.pld_delta_for_eps(np.empty(1), np.zeros(1), pmf, 0, 1e-3, 2.0)
+
+
+def test_pld_epsilon_readout_native_matches_reference():
+    rng = np.random.default_rng(1)
+    pmf = rng.random(3000) * np.exp(-np.linspace(0, 20, 3000))
+    pmf /= pmf.sum() * 1.00001
+    deltas = np.array([0.9, 0.3, 1e-2, 1e-4, 1e-6, 1e-9, 5e-6, 1e-6 * 0.5])
+    a = K.pld_epsilon_for_delta(pmf, -500, 1e-3, 1e-6, deltas)
+    b = K.pld_epsilon_for_delta(pmf, -500, 1e-3, 1e-6, deltas, backend="reference")
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert np.isinf(a[deltas < 1e-6]).all()
+    finite = np.isfinite(a)
+    back = K.pld_delta_for_epsilon(pmf, -500, 1e-3, 1e-6, a[finite])
+    assert np.all(back <= deltas[finite] * (1 + 1e-9))

@@ -17,8 +17,11 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def zoo_cache(tmp_path_factory):
-    """RML_FAST_CACHE pointed at a session temp dir while a zoo model is trained."""
-    return tmp_path_factory.mktemp("rml_fast_cache")
+    """RML_FAST_CACHE pointed at a session temp dir while a zoo model is trained (one path for
+    the whole session, so tests/models and tests/interp train each zoo model once)."""
+    path = tmp_path_factory.getbasetemp() / "rml_fast_zoo_cache"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def _trained(name, cache):

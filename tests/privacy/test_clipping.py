@@ -258,3 +258,39 @@ def test_frozen_layers_are_skipped_and_bad_args_raise() -> None:
 def test_registry_rejects_duplicates() -> None:
     with pytest.raises(ValueError, match="already registered"):
         LAYER_RULES.register(nn.Linear)(lambda m, x, d: [])
+
+
+def _triton_ready() -> bool:
+    from rml_fast.kernels._dispatch import triton_available, triton_interpreting
+
+    return triton_available() and (torch.cuda.is_available() or triton_interpreting())
+
+
+@pytest.mark.skipif(not _triton_ready(), reason="needs triton (CUDA or TRITON_INTERPRET=1)")
+@pytest.mark.parametrize("name", ["linear_seq", "conv_model", "seq_model"])
+def test_engine_with_triton_kernels(name: str) -> None:
+    """The engine end to end on the Triton backend (CPU interpreter here, CUDA in CI-GPU)."""
+    model, x = _prep(name, torch.float32)
+    G = _per_sample_grads(model, x)
+    norms_bf = G.double().norm(dim=1)
+    w = torch.linspace(0.2, 1.0, B)
+    with ClippingEngine(model, mode="ghost", backend="triton") as engine:
+        with engine.record():
+            cp = engine.backward(model(x))
+        torch.testing.assert_close(engine.norms(cp), norms_bf, rtol=1e-4, atol=0)
+        engine.accumulate([(cp, w)], noise_std=0.3, seed=5)
+    from rml_fast.kernels.random import normal_reference
+
+    expected = w @ G + 0.3 * torch.from_numpy(normal_reference(G.shape[1], 5, 0))
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["linear_seq", "conv_model", "seq_model", "layernorm"])
+def test_engine_on_cuda_matches_brute_force(name: str) -> None:
+    model, x = _prep(name, torch.float32)
+    expected = _per_sample_grads(model, x).double().norm(dim=1)
+    model, x = model.cuda(), x.cuda()
+    norms = per_sample_grad_norms(model, lambda m: m(x))
+    torch.testing.assert_close(norms.cpu(), expected, rtol=1e-4, atol=0)

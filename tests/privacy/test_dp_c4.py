@@ -289,3 +289,23 @@ def test_both_passes_see_the_same_dropout_masks() -> None:
                 p.sub_(0.3 * vi)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
+
+
+def test_budget_schedule_splits_the_noise() -> None:
+    """rho_t callable: sigma_g = sigma/sqrt(rho_t), sigma_D = sigma/sqrt(1-rho_t), so that
+    1/sigma_g^2 + 1/sigma_D^2 = 1/sigma^2 at every step; a bad schedule raises."""
+    model = _mlp()
+    opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=2.0, expected_batch_size=4,
+                        anchor_budget_fraction=lambda t: 0.9 / (1 + t))
+    for t in (0, 1, 5):
+        sg, sd = opt.noise_multipliers(t)
+        rho = 0.9 / (1 + t)
+        assert sg == pytest.approx(2.0 / math.sqrt(rho))
+        assert 1 / sg**2 + 1 / sd**2 == pytest.approx(1 / 4.0)
+    with pytest.raises(ValueError, match="anchor_budget_fraction"):
+        DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
+                      anchor_budget_fraction=lambda t: 1.5)
+    late = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
+                         anchor_budget_fraction=lambda t: 0.5 if t == 0 else 0.0)
+    with pytest.raises(ValueError, match="anchor_budget_fraction"):
+        late.noise_multipliers(1)

@@ -8,6 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
+import rml_fast.datasets.tabular
+import rml_fast.kernels.gravitree
 import rml_fast.trees._tree
 import rml_fast.trees.binarize
 import rml_fast.trees.falling
@@ -306,7 +308,8 @@ def test_to_rules_on_hand_built_tree():
 
 
 @pytest.mark.parametrize("module", [rml_fast.trees._tree, rml_fast.trees.binarize,
-                                    rml_fast.trees.falling])
+                                    rml_fast.trees.falling, rml_fast.kernels.gravitree,
+                                    rml_fast.datasets.tabular])
 def test_doctests(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0

@@ -7,7 +7,9 @@ import torch
 
 from rml_fast.models import (
     CharLMTask,
+    DigitsAddTask,
     InductionTask,
+    ModAddTask,
     TinyConfig,
     TinyTransformer,
     cache_dir,
@@ -94,3 +96,27 @@ def test_invalid_arguments():
         train_tiny(cfg, InductionTask(half=8, d_vocab=12), steps=1, cache=False)
     with pytest.raises(ValueError, match="task"):
         train_tiny(cfg, "nope", steps=1, cache=False)
+
+
+@pytest.mark.slow
+def test_digits_add_learns():
+    task = DigitsAddTask()
+    cfg = TinyConfig(n_layers=2, d_model=32, n_heads=4, d_mlp=128, n_ctx=7, d_vocab=13)
+    model = train_tiny(cfg, task, steps=500, lr=3e-3, progress=False, cache=False)
+    assert task.accuracy(TinyTransformer(cfg, seed=0)) < 0.3
+    assert task.accuracy(model) > 0.5  # chance is 0.1
+
+
+@pytest.mark.slow
+def test_modadd_full_batch_adamw_fits_the_training_split():
+    # the grokking set-up (full batch, AdamW, weight decay 1); generalisation takes ~10k steps
+    task = ModAddTask(p=23, train_frac=0.5)
+    cfg = TinyConfig(n_layers=1, d_model=64, n_heads=4, d_mlp=256, n_ctx=3, d_vocab=24, ln=False)
+    model = train_tiny(
+        cfg, task, steps=600, lr=3e-3, weight_decay=1.0, optimizer="adamw", batch=10**6,
+        progress=False, cache=False,
+    )  # fmt: skip
+    tokens, answers = task.full_batch("train")
+    with torch.no_grad():
+        acc = float((model(tokens)[:, -1].argmax(-1) == answers).float().mean())
+    assert acc > 0.95
