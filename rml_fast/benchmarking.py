@@ -87,39 +87,35 @@ def time_call(
     )
 
 
-def _rss_bytes() -> int | None:
+def _status_kib(field: str) -> int | None:
     try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     except (OSError, ValueError):
         return None
+    return None
 
 
-def peak_memory_mb(fn: Callable[[], Any], *, device: str = "cpu") -> float | None:
-    """Peak memory growth in MiB while ``fn()`` runs once; None where it cannot be measured.
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's resident-set high-water mark (VmHWM) of this process (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
 
-    On CPU this samples the process's resident set every millisecond (Linux ``/proc``), so
-    allocations shorter than that may be missed; on CUDA it is the allocator's peak.
-    """
-    if device.startswith("cuda"):
-        import torch
 
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2**20
-    base = _rss_bytes()
-    if base is None:
-        return None
+def _sampled_peak_kib(fn: Callable[[], Any], base: int) -> int:
     peak = base
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _rss_bytes() or 0)
+            peak = max(peak, _status_kib("VmRSS") or 0)
             time.sleep(0.001)
 
     thread = threading.Thread(target=sample, daemon=True)
@@ -129,8 +125,35 @@ def peak_memory_mb(fn: Callable[[], Any], *, device: str = "cpu") -> float | Non
     finally:
         done.set()
         thread.join()
-    peak = max(peak, _rss_bytes() or 0)
-    return (peak - base) / 2**20
+    return max(peak, _status_kib("VmRSS") or 0)
+
+
+def peak_memory_mb(fn: Callable[[], Any], *, device: str = "cpu") -> float | None:
+    """Peak memory growth in MiB while ``fn()`` runs once; None where it cannot be measured.
+
+    On CPU this is the growth of the process's resident set: exactly, from the kernel's
+    high-water mark reset just before the call (Linux ``/proc/self/clear_refs``), or else by
+    sampling every millisecond (which can miss short peaks). Memory the allocator reuses
+    without new pages does not count. On CUDA it is the caching allocator's peak.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base_cuda = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base_cuda) / 2**20
+    base = _status_kib("VmRSS")
+    if base is None:
+        return None
+    if _reset_peak_rss():
+        fn()
+        peak = _status_kib("VmHWM") or base
+    else:
+        peak = _sampled_peak_kib(fn, base)
+    return max(peak - base, 0) / 1024
 
 
 def machine_info() -> dict[str, Any]:
