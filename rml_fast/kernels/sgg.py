@@ -599,14 +599,23 @@ def pld_delta_for_epsilon(
     )
 
 
-def pld_delta_for_epsilon_reference(
-    pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, epsilon: np.ndarray
-) -> np.ndarray:
-    """NumPy twin of :func:`pld_delta_for_epsilon` (suffix sums + searchsorted)."""
+def _pld_suffix_sums(
+    pmf: np.ndarray, lower_index: int, h: float
+) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """Losses ``l_i``, ``l_0`` and the suffix sums ``sum_{j>=i} p_j`` and
+    ``sum_{j>=i} p_j exp(l_0 - l_j)`` (each with a trailing 0) that both read-outs use."""
     losses = (lower_index + np.arange(pmf.size)) * h
     base = float(losses[0])
     s1 = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
     s2 = np.concatenate([np.cumsum((pmf * np.exp(base - losses))[::-1])[::-1], [0.0]])
+    return losses, base, s1, s2
+
+
+def pld_delta_for_epsilon_reference(
+    pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, epsilon: np.ndarray
+) -> np.ndarray:
+    """NumPy twin of :func:`pld_delta_for_epsilon` (suffix sums + searchsorted)."""
+    losses, base, s1, s2 = _pld_suffix_sums(pmf, lower_index, h)
     j = np.searchsorted(losses, epsilon, side="right")
     with np.errstate(over="ignore", invalid="ignore"):
         val = s1[j] - np.exp(np.minimum(epsilon - base, 700.0)) * s2[j]
@@ -669,10 +678,7 @@ def pld_epsilon_for_delta_reference(
     pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, delta: np.ndarray
 ) -> np.ndarray:
     """NumPy twin of :func:`pld_epsilon_for_delta`."""
-    losses = (lower_index + np.arange(pmf.size)) * h
-    base = float(losses[0])
-    s1 = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
-    s2 = np.concatenate([np.cumsum((pmf * np.exp(base - losses))[::-1])[::-1], [0.0]])
+    losses, base, s1, s2 = _pld_suffix_sums(pmf, lower_index, h)
     with np.errstate(over="ignore", invalid="ignore"):
         d_grid = s1[1:] - np.exp(losses - base) * s2[1:]
     d_grid[-1] = 0.0
