@@ -145,6 +145,21 @@ bool anderson_weights(const std::vector<double>& hist, int K, i64 k, std::vector
   return true;
 }
 
+// The Anderson-extrapolated point sum_i z_i hist_{i+1} into w_acc; false (w_acc untouched)
+// when the weights cannot be computed.
+bool anderson_extrapolate(const std::vector<double>& hist, int K, i64 k, std::vector<double>& U,
+                          std::vector<double>& A, std::vector<double>& z,
+                          std::vector<double>& w_acc) {
+  if (!anderson_weights(hist, K, k, U, A, z)) return false;
+  std::fill(w_acc.begin(), w_acc.end(), 0.0);
+  for (int i = 0; i < K; ++i) {
+    const double zi = z[static_cast<size_t>(i)];
+    const double* h = &hist[static_cast<size_t>((i + 1) * k)];
+    for (i64 a = 0; a < k; ++a) w_acc[static_cast<size_t>(a)] += zi * h[a];
+  }
+  return true;
+}
+
 template <typename T>
 class Problem {
  public:
@@ -386,13 +401,7 @@ class Problem {
         std::copy(w.begin(), w.end(), hist.begin() + static_cast<std::ptrdiff_t>(n_hist * k));
         if (++n_hist == K + 1) {
           n_hist = 0;
-          if (anderson_weights(hist, K, k, U, A, z)) {
-            std::fill(w_acc.begin(), w_acc.end(), 0.0);
-            for (int i = 0; i < K; ++i) {
-              const double zi = z[static_cast<size_t>(i)];
-              const double* h = &hist[static_cast<size_t>((i + 1) * k)];
-              for (i64 a = 0; a < k; ++a) w_acc[static_cast<size_t>(a)] += zi * h[a];
-            }
+          if (anderson_extrapolate(hist, K, k, U, A, z, w_acc)) {
             grad(G, b, w_acc, k, c_acc);
             if (primal(w_acc, c_acc).first < primal(w, c).first) {
               w.swap(w_acc);
@@ -457,13 +466,7 @@ class Problem {
         std::copy(w.begin(), w.end(), hist.begin() + static_cast<std::ptrdiff_t>(n_hist * k));
         if (++n_hist == K + 1) {
           n_hist = 0;
-          if (anderson_weights(hist, K, k, U, A, z)) {
-            std::fill(w_acc.begin(), w_acc.end(), 0.0);
-            for (int i = 0; i < K; ++i) {
-              const double zi = z[static_cast<size_t>(i)];
-              const double* h = &hist[static_cast<size_t>((i + 1) * k)];
-              for (i64 a = 0; a < k; ++a) w_acc[static_cast<size_t>(a)] += zi * h[a];
-            }
+          if (anderson_extrapolate(hist, K, k, U, A, z, w_acc)) {
             std::copy(y_.begin(), y_.end(), r_acc.begin());
             for (i64 a = 0; a < k; ++a)
               if (w_acc[static_cast<size_t>(a)] != 0.0)
