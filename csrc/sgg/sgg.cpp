@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "common/philox.hpp"
+#include "common/simd.hpp"
+#include "common/vecmath.hpp"
 
 namespace rml::sgg {
 
@@ -27,62 +29,192 @@ inline double u53(std::uint32_t a, std::uint32_t b) {
 // first + 1 + t (normal from words 0/1, acceptance uniform from words 2/3), the boost
 // uniform comes from counter `first`. If all kGammaAttempts attempts are rejected
 // (probability < 0.05^16 < 2e-21) the last candidate is used.
-inline double log_gamma_variate(double a, std::uint64_t seed, std::uint64_t first) {
+inline double log_gamma_variate(double a, std::uint64_t seed, std::uint64_t first,
+                                bool with_boost = true) {
   const bool boost = a < 1.0;
   const double shape = boost ? a + 1.0 : a;
   const double d = shape - 1.0 / 3.0;
   const double c = 1.0 / std::sqrt(9.0 * d);
-  double log_g = std::log(d);
+  const double log_d = vecmath::log_pos(d);
+  double log_g = log_d;
   for (std::int64_t t = 0; t < kGammaAttempts; ++t) {
     const Philox4 w = philox_block(seed, first + 1 + static_cast<std::uint64_t>(t));
-    const double x = std::sqrt(-2.0 * std::log(u32(w.v[0]))) * std::cos(kTwoPi * u32(w.v[1]));
+    const double x = std::sqrt(-2.0 * vecmath::log_pos(u32(w.v[0]))) *
+                     vecmath::cos_nonneg(kTwoPi * u32(w.v[1]));
     const double v1 = 1.0 + c * x;
     if (v1 <= 0.0) continue;
     const double v = v1 * v1 * v1;
-    const double log_v = std::log(v);
-    log_g = std::log(d) + log_v;
+    const double log_v = vecmath::log_pos(v);
+    log_g = log_d + log_v;
     const double u = u53(w.v[2], w.v[3]);
-    if (std::log(u) < 0.5 * x * x + d - d * v + d * log_v) break;
+    if (vecmath::log_pos(u) < 0.5 * x * x + d - d * v + d * log_v) break;
   }
-  if (boost) {
+  if (boost && with_boost) {
     const Philox4 w = philox_block(seed, first);
-    log_g += std::log(u53(w.v[0], w.v[1])) / a;
+    log_g += vecmath::log_pos(u53(w.v[0], w.v[1])) / a;
   }
   return log_g;
 }
+
+RML_INLINE void sincos_nonneg(double x, double* s_out, double* c_out) {
+  constexpr double kTwoOverPi = 0.6366197723675814;
+  constexpr double kPio2Hi = 1.5707963267341256;
+  constexpr double kPio2Lo = 6.077100506506192e-11;
+  const auto q = static_cast<std::int32_t>(x * kTwoOverPi + 0.5);
+  const double qd = static_cast<double>(q);
+  const double r = (x - qd * kPio2Hi) - qd * kPio2Lo;
+  const double z = r * r;
+  const double c = 1.0 + z * (-1.0 / 2 + z * (1.0 / 24 + z * (-1.0 / 720 + z * (1.0 / 40320 + z * (-1.0 / 3628800 + z * (1.0 / 479001600 + z * (-1.0 / 87178291200.0 + z * (1.0 / 20922789888000.0))))))));
+  const double s = r * (1.0 + z * (-1.0 / 6 + z * (1.0 / 120 + z * (-1.0 / 5040 + z * (1.0 / 362880 + z * (-1.0 / 39916800 + z * (1.0 / 6227020800.0 + z * (-1.0 / 1307674368000.0))))))));
+  const double odd = static_cast<double>(q & 1);
+  const double cos_sign = 1.0 - 2.0 * static_cast<double>(((q + 1) >> 1) & 1);  // - for q%4 in {1,2}
+  const double sin_sign = 1.0 - 2.0 * static_cast<double>((q >> 1) & 1);        // - for q%4 in {2,3}
+  *c_out = cos_sign * (odd * s + (1.0 - odd) * c);
+  *s_out = sin_sign * (odd * c + (1.0 - odd) * s);
+}
+
+// Philox4x32-10 with every 32-bit word held in a 64-bit lane: the 32 x 32 -> 64 products
+// are then one vpmuludq per vector (no lane shuffles), which is what makes the loops over
+// counters below vectorise well. Same words as rml::philox_block.
+RML_INLINE void philox_wide(std::uint64_t seed, std::uint64_t ctr, std::uint64_t* w0,
+                            std::uint64_t* w1, std::uint64_t* w2, std::uint64_t* w3) {
+  constexpr std::uint64_t kLo = 0xffffffffULL;
+  constexpr std::uint64_t kKeyA = 0x9E3779B9u, kKeyB = 0xBB67AE85u;
+  constexpr std::uint64_t kRoundA = 0xD2511F53u, kRoundB = 0xCD9E8D57u;
+  std::uint64_t c0 = ctr & kLo, c1 = ctr >> 32, c2 = 0, c3 = 0;
+  std::uint64_t k0 = seed & kLo, k1 = seed >> 32;
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t pb = kRoundB * static_cast<std::uint32_t>(c2), pa = kRoundA * static_cast<std::uint32_t>(c0);
+    c0 = (pb >> 32) ^ c1 ^ k0;
+    c2 = (pa >> 32) ^ c3 ^ k1;
+    c1 = pb & kLo;
+    c3 = pa & kLo;
+    k0 = (k0 + kKeyA) & kLo;
+    k1 = (k1 + kKeyB) & kLo;
+  }
+  *w0 = c0; *w1 = c1; *w2 = c2; *w3 = c3;
+}
+
+// (w + 0.5) / 2^32 for a word held in a 64-bit lane (an exact int64 -> double conversion).
+RML_INLINE double u32w(std::uint64_t w) {
+  return (static_cast<double>(static_cast<std::int64_t>(w)) + 0.5) * 2.3283064365386963e-10;
+}
+
+// Normals 4q .. 4q+3 of one row for q < nq into z (Box-Muller on the word pairs (0,1) and
+// (2,3) of counter base + q: cos, sin, cos, sin). Branch-free: vectorised over q.
+RML_SIMD_CLONES
+void row_normals(double* __restrict z, std::int64_t nq, std::uint64_t seed, std::uint64_t base) {
+  for (std::int64_t q = 0; q < nq; ++q) {
+    std::uint64_t w0, w1, w2, w3;
+    philox_wide(seed, base + static_cast<std::uint64_t>(q), &w0, &w1, &w2, &w3);
+    const double r0 = std::sqrt(-2.0 * vecmath::log_pos(u32w(w0)));
+    const double r1 = std::sqrt(-2.0 * vecmath::log_pos(u32w(w2)));
+    double s0, c0, s1, c1;
+    sincos_nonneg(kTwoPi * u32w(w1), &s0, &c0);
+    sincos_nonneg(kTwoPi * u32w(w3), &s1, &c1);
+    z[4 * q] = r0 * c0;
+    z[4 * q + 1] = r0 * s0;
+    z[4 * q + 2] = r1 * c1;
+    z[4 * q + 3] = r1 * s1;
+  }
+}
+
+// sum z_j^2 over j < len (len a multiple of 8) in eight interleaved partial sums combined in a
+// fixed order: the same bits for every instruction set (no reassociation, no contraction).
+RML_SIMD_CLONES
+double sum_squares8(const double* __restrict z, std::int64_t len) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::int64_t j = 0; j < len; j += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += z[j + l] * z[j + l];
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+RML_SIMD_CLONES
+void scale_row(double* __restrict out, const double* __restrict z, std::int64_t dim, double s) {
+  for (std::int64_t j = 0; j < dim; ++j) out[j] = s * z[j];
+}
+
+RML_SIMD_CLONES
+void scale_row(float* __restrict out, const double* __restrict z, std::int64_t dim, double s) {
+  for (std::int64_t j = 0; j < dim; ++j) out[j] = static_cast<float>(s * z[j]);
+}
+
+// First Marsaglia-Tsang attempt for `count` rows at once (branch-free, vectorised): the
+// candidate log G (log d + log v, or log d when 1 + c x <= 0) and whether it was accepted.
+// Row r's attempts start at counter first0 + r * stride + 1. Rows that reject are finished
+// by log_gamma_variate (which replays the same counters, so the result is identical).
+RML_SIMD_CLONES
+void gamma_first_attempt(double* __restrict log_g, double* __restrict accepted,
+                         std::int64_t count, double d, double c, std::uint64_t seed,
+                         std::uint64_t first0, std::uint64_t stride) {
+  const double log_d = vecmath::log_pos(d);
+  std::uint64_t ctr = first0 + 1;
+  for (std::int64_t r = 0; r < count; ++r, ctr += stride) {
+    std::uint64_t w0, w1, w2, w3;
+    philox_wide(seed, ctr, &w0, &w1, &w2, &w3);
+    const double x = std::sqrt(-2.0 * vecmath::log_pos(u32w(w0))) *
+                     vecmath::cos_nonneg(kTwoPi * u32w(w1));
+    const double v1 = 1.0 + c * x;
+    const bool valid = v1 > 0.0;
+    const double fv = valid ? 1.0 : 0.0;
+    const double vv = fv * v1 + (1.0 - fv);  // 1 where invalid (exact: fv is 0 or 1)
+    const double v = vv * vv * vv;
+    const double log_v = vecmath::log_pos(v);
+    const double u = (static_cast<double>(static_cast<std::int64_t>(w2 >> 5)) * 67108864.0 +
+                      static_cast<double>(static_cast<std::int64_t>(w3 >> 6)) + 0.5) *
+                     1.1102230246251565e-16;  // u53(w2, w3)
+    const double pass = vecmath::log_pos(u) < 0.5 * x * x + d - d * v + d * log_v ? 1.0 : 0.0;
+    log_g[r] = log_d + fv * log_v;
+    accepted[r] = fv * pass;
+  }
+}
+
+constexpr std::int64_t kRowChunk = 256;
 
 template <typename T>
 void sample_impl(T* out, std::int64_t n, std::int64_t dim, double sigma, double k, double p,
                  std::uint64_t seed, std::uint64_t offset) {
   const std::int64_t stride = counters_per_row(dim);
   const std::int64_t nq = (dim + 3) / 4;
+  const std::int64_t padded = (4 * nq + 7) / 8 * 8;
   const double a = k / p;
+  const bool boost = a < 1.0;
+  const double shape = boost ? a + 1.0 : a;
+  const double d = shape - 1.0 / 3.0;
+  const double c = 1.0 / std::sqrt(9.0 * d);
   const double log_sigma = std::log(sigma);
+  const double inv_p = 1.0 / p;
+  const std::int64_t chunks = (n + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel if (n * dim > 32768)
   {
-    std::vector<double> z(static_cast<std::size_t>(nq * 4));
+    std::vector<double> z(static_cast<std::size_t>(padded), 0.0);
+    double log_g[kRowChunk];
+    double accepted[kRowChunk];
 #pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint64_t base = offset + static_cast<std::uint64_t>(i * stride);
-      double ss = 0.0;
-      for (std::int64_t q = 0; q < nq; ++q) {
-        const Philox4 w = philox_block(seed, base + static_cast<std::uint64_t>(q));
-        const double r0 = std::sqrt(-2.0 * std::log(u32(w.v[0])));
-        const double t0 = kTwoPi * u32(w.v[1]);
-        const double r1 = std::sqrt(-2.0 * std::log(u32(w.v[2])));
-        const double t1 = kTwoPi * u32(w.v[3]);
-        double* zq = z.data() + 4 * q;
-        zq[0] = r0 * std::cos(t0);
-        zq[1] = r0 * std::sin(t0);
-        zq[2] = r1 * std::cos(t1);
-        zq[3] = r1 * std::sin(t1);
+    for (std::int64_t ch = 0; ch < chunks; ++ch) {
+      const std::int64_t i0 = ch * kRowChunk;
+      const std::int64_t count = std::min(kRowChunk, n - i0);
+      const std::uint64_t base0 = offset + static_cast<std::uint64_t>(i0 * stride);
+      const std::uint64_t first0 = base0 + static_cast<std::uint64_t>(nq);
+      gamma_first_attempt(log_g, accepted, count, d, c, seed, first0, static_cast<std::uint64_t>(stride));
+      for (std::int64_t r = 0; r < count; ++r) {
+        const std::uint64_t first = first0 + static_cast<std::uint64_t>(r * stride);
+        double lg = accepted[r] != 0.0 ? log_g[r] : log_gamma_variate(a, seed, first, false);
+        if (boost) {
+          const Philox4 w = philox_block(seed, first);
+          lg += vecmath::log_pos(u53(w.v[0], w.v[1])) / a;
+        }
+        log_g[r] = lg;
       }
-      for (std::int64_t j = 0; j < dim; ++j) ss += z[static_cast<std::size_t>(j)] * z[static_cast<std::size_t>(j)];
-      const double log_g = log_gamma_variate(a, seed, base + static_cast<std::uint64_t>(nq));
-      const double radius = std::exp(log_sigma + log_g / p);
-      const double scale = radius / std::sqrt(ss);
-      T* row = out + i * dim;
-      for (std::int64_t j = 0; j < dim; ++j) row[j] = static_cast<T>(scale * z[static_cast<std::size_t>(j)]);
+      for (std::int64_t r = 0; r < count; ++r) {
+        const std::uint64_t base = base0 + static_cast<std::uint64_t>(r * stride);
+        row_normals(z.data(), nq, seed, base);
+        for (std::int64_t j = dim; j < padded; ++j) z[static_cast<std::size_t>(j)] = 0.0;
+        const double ss = sum_squares8(z.data(), padded);
+        const double radius = std::exp(log_sigma + log_g[r] * inv_p);
+        scale_row(out + (i0 + r) * dim, z.data(), dim, radius / std::sqrt(ss));
+      }
     }
   }
 }
