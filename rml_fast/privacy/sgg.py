@@ -233,11 +233,12 @@ class SGGMechanism:
             if not bool(x.isfinite().all()):
                 raise ValueError("x must be finite")
             noise = _k.noise_like(x, self.sigma, self._k, self.p, seed_from_rng(rng))
-            return x + noise
+            return noise.add_(x)  # in place into the fresh noise buffer: no extra (n, dim) copy
         arr = check_array(x, "x", ndim=(1, 2))
         if arr.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {arr.shape}")
-        return arr + _k.noise_like(arr, self.sigma, self._k, self.p, seed_from_rng(rng))
+        noise = _k.noise_like(arr, self.sigma, self._k, self.p, seed_from_rng(rng))
+        return np.add(noise, arr, out=noise)  # one (n, dim) buffer: the noise, then x added in place
 
     def privacy_loss(self, x: Any) -> np.ndarray:
         """``L(x) = ln f(x) / f(x - Delta e1) = phi(||x - Delta e1||) - phi(||x||)``.
