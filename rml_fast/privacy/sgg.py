@@ -32,13 +32,13 @@ from scipy import special
 from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.kernels import sgg as _k
 from rml_fast.kernels.random import seed_from_rng
-from rml_fast.privacy.pld import (
-    PrivacyLossDistribution,
-    _common_args,
+from rml_fast.privacy._pld_discretise import (
     _directions,
+    _find_bound,
     _pmf_from_cdf,
     _symmetric_model,
 )
+from rml_fast.privacy.pld import PrivacyLossDistribution, _common_args
 
 __all__ = ["SGGMechanism", "optimal_sgg"]
 
@@ -353,8 +353,6 @@ class SGGMechanism:
         """delta(eps) of one release from the buckets above eps only (cheaper, same value)."""
         cdf = self._cdf_fn(None)
         lo = math.floor(epsilon / h) * h
-        from rml_fast.privacy.pld import _find_bound
-
         hi = _find_bound(
             lambda x: 1.0 - cdf(x), max(tail, QUADRATURE_TAIL), increasing=False, start=max(epsilon, 0.0)
         )
