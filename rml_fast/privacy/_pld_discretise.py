@@ -19,6 +19,7 @@ from rml_fast.privacy._pld_lattice import _Pmf, _readonly, _trim
 _MAX_BUCKETS = 50_000_000
 
 CdfFn = Callable[[np.ndarray], np.ndarray]
+PairFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def _find_bound(fn: CdfFn, target: float, increasing: bool, start: float) -> float:
@@ -71,16 +72,25 @@ def _pmf_from_cdf(
     upper_tail: float | None = None,
     sf_q: CdfFn | None = None,
     estimator: str = "bucket",
+    sf_pair: PairFn | None = None,
+    bound_cdf: CdfFn | None = None,
 ) -> _Pmf:
     """Pessimistic bucketing of a loss law given by its CDF (and optionally survival fn).
 
     ``upper_tail`` (default ``tail``) is the mass allowed above the top bucket; it must be
     above the absolute accuracy of ``sf`` (e.g. ~1e-15 for a quadrature CDF).
+    ``sf_pair(grid)``, if given, returns ``(sf(grid), sf_q(grid))`` in one pass (for
+    connect-the-dots). ``bound_cdf``, if given, is a cheaper approximation of ``cdf`` used
+    only to place the truncation bounds: any bounds are pessimistic (mass below the lowest
+    bucket moves up onto it; the mass above the top bucket, computed with the accurate
+    ``sf``, goes to +inf), so an approximate locator changes tightness, never validity.
     """
     sf_fn: CdfFn = sf if sf is not None else (lambda x: 1.0 - cdf(x))
     if bounds is None:
-        lo = _find_bound(cdf, tail, increasing=True, start=center)
-        hi = _find_bound(sf_fn, tail if upper_tail is None else upper_tail, increasing=False, start=center)
+        loc_cdf = cdf if bound_cdf is None else bound_cdf
+        loc_sf = sf_fn if bound_cdf is None else (lambda x: 1.0 - bound_cdf(x))
+        lo = _find_bound(loc_cdf, tail, increasing=True, start=center)
+        hi = _find_bound(loc_sf, tail if upper_tail is None else upper_tail, increasing=False, start=center)
     else:
         lo, hi = bounds
     i_lo = math.floor(lo / h)
@@ -91,6 +101,9 @@ def _pmf_from_cdf(
             f"width {h:g}: use a larger value_discretization_interval"
         )
     grid = np.arange(i_lo, i_hi + 1, dtype=np.float64) * h
+    if estimator == "connect_dots" and sf_pair is not None:
+        sp, sq = sf_pair(grid)
+        return _connect_dots(lambda _: sp, lambda _: sq, grid, i_lo, h)
     if estimator == "connect_dots" and sf_q is not None:
         return _connect_dots(sf_fn, sf_q, grid, i_lo, h)
     f = np.clip(cdf(grid), 0.0, 1.0)
@@ -146,16 +159,43 @@ class _LossModel:
     cdf_b: CdfFn
     sf_b: CdfFn
     center: float = 0.0
+    sf_pair: PairFn | None = None  # grid -> (P_A(L > l), P_B(L > l)) in one pass
+    bound_cdf: CdfFn | None = None  # cheap cdf_a to place the truncation bounds
 
 
-def _symmetric_model(cdf_a: CdfFn, sf_a: CdfFn, center: float = 0.0) -> _LossModel:
-    """Model of a pair swapped by a reflection: L under B has the law of -L under A."""
+def _symmetric_model(
+    cdf_a: CdfFn,
+    sf_a: CdfFn,
+    center: float = 0.0,
+    *,
+    continuous: bool = False,
+    h: float | None = None,
+    bound_cdf: CdfFn | None = None,
+) -> _LossModel:
+    """Model of a pair swapped by a reflection: L under B has the law of -L under A.
+
+    With ``continuous=True`` (L under A has no atoms, so ``P_A(L < -x) = P_A(L <= -x)``) and
+    the lattice step ``h``, connect-the-dots needs ``cdf_a`` only once on the union of the
+    grid and its mirror image (``sf_pair``) instead of twice.
+    """
+    sf_pair = None
+    if continuous and h is not None:
+        step = float(h)
+
+        def sf_pair(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            idx = np.rint(grid / step).astype(np.int64)
+            lo, hi = int(min(idx[0], -idx[-1])), int(max(idx[-1], -idx[0]))
+            f = np.asarray(cdf_a(np.arange(lo, hi + 1, dtype=np.float64) * step))
+            return 1.0 - f[idx - lo], f[-idx - lo]
+
     return _LossModel(
         cdf_a=cdf_a,
         sf_a=sf_a,
         cdf_b=lambda x: sf_a(-x),  # P_A(L > -x) <= P_B(L <= x): pessimistic
         sf_b=lambda x: cdf_a(np.nextafter(-np.asarray(x, dtype=np.float64), -np.inf)),  # P_A(L < -x)
         center=center,
+        sf_pair=sf_pair,
+        bound_cdf=bound_cdf,
     )
 
 
@@ -171,7 +211,10 @@ def _directions(
     kw = {"upper_tail": upper_tail, "estimator": estimator}
     if q == 1.0:
         return (
-            _pmf_from_cdf(model.cdf_a, model.sf_a, h, tail, model.center, sf_q=model.sf_b, **kw),
+            _pmf_from_cdf(
+                model.cdf_a, model.sf_a, h, tail, model.center, sf_q=model.sf_b,
+                sf_pair=model.sf_pair, bound_cdf=model.bound_cdf, **kw,
+            ),
         )
     logq = math.log(q)
     out = []

@@ -49,6 +49,7 @@ _N = Interval("int", 1, None)
 # The quadrature CDF is accurate to ~1e-15 absolute, so 1 - F cannot certify a smaller upper
 # tail: the top bucket is placed where 1 - F <= 1e-13, and that (computed) mass goes to +inf.
 QUADRATURE_TAIL = 1e-13
+_BOUND_NODES = 480  # radius nodes of the quadrature that only places truncation bounds
 
 
 def _loss_cdf_1d(ell: np.ndarray, sigma: float, p: float, sens: float) -> np.ndarray:
@@ -305,7 +306,14 @@ class SGGMechanism:
                 sampling_prob=q, relation=relation, tail_mass_truncation=tail, estimator=estimator,
             )
         cdf = self._cdf_fn(num_nodes)
-        model = _symmetric_model(cdf, lambda x: 1.0 - cdf(x))
+        nodes = num_nodes if num_nodes is not None else _default_nodes(self.dim)
+        # dim >= 2: the loss law has no atoms (one CDF pass serves both directions), and a
+        # light quadrature is enough to place the truncation bounds (see _pmf_from_cdf).
+        continuous = self.dim >= 2
+        bound_cdf = self._cdf_fn(_BOUND_NODES) if continuous and nodes > _BOUND_NODES else None
+        model = _symmetric_model(
+            cdf, lambda x: 1.0 - cdf(x), continuous=continuous, h=h, bound_cdf=bound_cdf
+        )
         upper = max(tail, QUADRATURE_TAIL)
         return PrivacyLossDistribution(_directions(model, h, q, relation, tail, upper, estimator))
 
