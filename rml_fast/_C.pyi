@@ -68,6 +68,29 @@ class sgg:  # submodule rml_fast._C.sgg
         h: float,
         inf_mass: float,
     ) -> None: ...
+    @staticmethod
+    def fft_good_size(n: int) -> int: ...
+    @staticmethod
+    def fft_rfft(
+        out_re: npt.NDArray[np.float64],
+        out_im: npt.NDArray[np.float64],
+        x: npt.NDArray[np.float64],
+        n: int,
+    ) -> None: ...
+    @staticmethod
+    def fft_irfft(
+        out: npt.NDArray[np.float64],
+        in_re: npt.NDArray[np.float64],
+        in_im: npt.NDArray[np.float64],
+    ) -> None: ...
+    @staticmethod
+    def pld_convolve(
+        out: npt.NDArray[np.float64], a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]
+    ) -> None: ...
+    @staticmethod
+    def pld_self_convolve(
+        out: npt.NDArray[np.float64], pmf: npt.NDArray[np.float64], n: int, shift: int
+    ) -> None: ...
 
 class clip:  # submodule rml_fast._C.clip
     @staticmethod

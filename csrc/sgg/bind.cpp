@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/arrays.hpp"
+#include "sgg/fft.hpp"
 #include "sgg/sgg.hpp"
 
 namespace py = pybind11;
@@ -150,4 +151,74 @@ void register_sgg(py::module_ m) {
       },
       "out"_a, "delta"_a, "pmf"_a, "lower"_a, "h"_a, "inf_mass"_a,
       "Vectorised epsilon(delta) of a discrete PLD (suffix sums, binary search, exact in-cell solve).");
+
+  // --- FFT composition -------------------------------------------------------------
+  m.def("fft_good_size", &rml::fft::good_size, "n"_a,
+        "Smallest even length f * 2^m >= n (f in {1, 3, 5}) accepted by the real transforms.");
+  m.def(
+      "fft_rfft",
+      [](py::array out_re, py::array out_im, const py::array& x, std::int64_t n) {
+        double* o_re = rml::writable_vector<double>(out_re, "out_re");
+        double* o_im = rml::writable_vector<double>(out_im, "out_im");
+        const double* xv = readonly_vector(x, "x");
+        if (n < 2 || n % 2 != 0 || !rml::fft::supported_complex_size(n / 2)) {
+          throw py::value_error("n must be an even f * 2^m (f in {1, 3, 5}), got " + std::to_string(n));
+        }
+        if (out_re.shape(0) != n / 2 + 1 || out_im.shape(0) != n / 2 + 1) {
+          throw py::value_error("out_re and out_im must hold n/2 + 1 values");
+        }
+        const auto nx = static_cast<std::int64_t>(x.shape(0));
+        py::gil_scoped_release release;
+        rml::fft::real_forward(xv, nx, n, o_re, o_im);
+      },
+      "out_re"_a, "out_im"_a, "x"_a, "n"_a,
+      "Real DFT of x zero-padded (or folded modulo n) to length n: bins 0 .. n/2.");
+  m.def(
+      "fft_irfft",
+      [](py::array out, const py::array& in_re, const py::array& in_im) {
+        double* o = rml::writable_vector<double>(out, "out");
+        const double* r = readonly_vector(in_re, "in_re");
+        const double* i = readonly_vector(in_im, "in_im");
+        const auto n = static_cast<std::int64_t>(out.shape(0));
+        if (n < 2 || n % 2 != 0 || !rml::fft::supported_complex_size(n / 2)) {
+          throw py::value_error("len(out) must be an even f * 2^m (f in {1, 3, 5}), got " + std::to_string(n));
+        }
+        if (in_re.shape(0) != n / 2 + 1 || in_im.shape(0) != n / 2 + 1) {
+          throw py::value_error("in_re and in_im must hold len(out)/2 + 1 values");
+        }
+        py::gil_scoped_release release;
+        rml::fft::real_inverse(r, i, n, o);
+      },
+      "out"_a, "in_re"_a, "in_im"_a, "Inverse real DFT (normalised by 1/n), n = len(out).");
+  m.def(
+      "pld_convolve",
+      [](py::array out, const py::array& a, const py::array& b) {
+        double* o = rml::writable_vector<double>(out, "out");
+        const double* av = readonly_vector(a, "a");
+        const double* bv = readonly_vector(b, "b");
+        const auto na = static_cast<std::int64_t>(a.shape(0));
+        const auto nb = static_cast<std::int64_t>(b.shape(0));
+        if (na < 1 || nb < 1) throw py::value_error("a and b must not be empty");
+        if (out.shape(0) != na + nb - 1) throw py::value_error("out must hold len(a) + len(b) - 1 values");
+        py::gil_scoped_release release;
+        rml::fft::convolve(av, na, bv, nb, o);
+      },
+      "out"_a, "a"_a, "b"_a, "Linear convolution of a and b by real FFT (never circular).");
+  m.def(
+      "pld_self_convolve",
+      [](py::array out, const py::array& pmf, std::int64_t n, std::int64_t shift) {
+        double* o = rml::writable_vector<double>(out, "out");
+        const double* pv = readonly_vector(pmf, "pmf");
+        const auto size = static_cast<std::int64_t>(out.shape(0));
+        if (size < 2 || size % 2 != 0 || !rml::fft::supported_complex_size(size / 2)) {
+          throw py::value_error("len(out) must be an even f * 2^m (f in {1, 3, 5}), got " + std::to_string(size));
+        }
+        if (n < 1) throw py::value_error("n must be >= 1");
+        if (pmf.shape(0) < 1) throw py::value_error("pmf must not be empty");
+        const auto np_ = static_cast<std::int64_t>(pmf.shape(0));
+        py::gil_scoped_release release;
+        rml::fft::self_convolve_circular(pv, np_, n, size, shift, o);
+      },
+      "out"_a, "pmf"_a, "n"_a, "shift"_a,
+      "out[j] = (pmf^{*n})[(shift + j) mod len(out)]: circular n-fold self-convolution.");
 }

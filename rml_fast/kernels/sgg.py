@@ -46,10 +46,15 @@ __all__ = [
     "GAMMA_ATTEMPTS",
     "angle_cdf_table",
     "counters_per_row",
+    "fft_good_size",
+    "pld_convolve",
+    "pld_convolve_reference",
     "pld_delta_for_epsilon",
     "pld_delta_for_epsilon_reference",
     "pld_epsilon_for_delta",
     "pld_epsilon_for_delta_reference",
+    "pld_self_convolve",
+    "pld_self_convolve_reference",
     "radius_nodes",
     "sgg_loss_cdf",
     "sgg_loss_cdf_reference",
@@ -710,4 +715,149 @@ def _pld_eps_native(pmf, lower, h, inf_mass, delta, *, device):  # type: ignore[
 
     out = np.empty(delta.size)
     _C.sgg.pld_epsilon_for_delta(out, delta, pmf, lower, h, inf_mass)
+    return out
+
+
+
+# --- FFT composition ---------------------------------------------------------------------
+
+_convolve = Kernel("sgg.pld_convolve")
+_self_convolve = Kernel("sgg.pld_self_convolve")
+
+
+def fft_good_size(n: int) -> int:
+    """Smallest even length ``f * 2^m >= n`` (``f`` in {1, 3, 5}) of the native real FFT."""
+    n = int(check_scalar(n, "n", Interval("int", 1, None)))
+    best = None
+    for f in (1, 3, 5):
+        s = 2 * f
+        while s < n:
+            s *= 2
+        best = s if best is None else min(best, s)
+    return int(best)  # type: ignore[arg-type]
+
+
+def pld_convolve(a: np.ndarray, b: np.ndarray, *, backend: str = "auto") -> np.ndarray:
+    """Linear (never circular) convolution ``c = a * b`` of two pmfs by real FFT.
+
+    The transform length is ``fft_good_size(len(a) + len(b) - 1)``, so no output wraps.
+
+    Parameters
+    ----------
+    a : ndarray of shape (na,), float64
+    b : ndarray of shape (nb,), float64
+    backend : {"auto", "native", "reference"}
+        "native": our C++ FFT (radix-2 Stockham stages, one radix-3/5 pass, real-input
+        packing; GIL released). "reference": ``numpy.fft``.
+
+    Returns
+    -------
+    c : ndarray of shape (na + nb - 1,), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.kernels.sgg import pld_convolve
+    >>> np.round(pld_convolve(np.array([0.5, 0.5]), np.array([0.25, 0.75])), 12).tolist()
+    [0.125, 0.5, 0.375]
+    """
+    a = check_array(a, "a", dtypes=(np.float64,), ndim=1)
+    b = check_array(b, "b", dtypes=(np.float64,), ndim=1)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("a and b must not be empty")
+    return _convolve(
+        np.ascontiguousarray(a), np.ascontiguousarray(b), device=resolve_device(None), backend=backend
+    )
+
+
+def pld_convolve_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``numpy.fft`` twin of :func:`pld_convolve`."""
+    nc = a.size + b.size - 1
+    size = fft_good_size(nc)
+    return np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)[:nc]
+
+
+@_convolve.register("reference")
+def _convolve_ref(a, b, *, device):  # type: ignore[no-untyped-def]
+    return pld_convolve_reference(a, b)
+
+
+@_convolve.register("native")
+def _convolve_native(a, b, *, device):  # type: ignore[no-untyped-def]
+    from rml_fast._native import _C
+
+    out = np.empty(a.size + b.size - 1)
+    _C.sgg.pld_convolve(out, a, b)
+    return out
+
+
+def pld_self_convolve(
+    pmf: np.ndarray, n: int, size: int, shift: int = 0, *, backend: str = "auto"
+) -> np.ndarray:
+    """Circular ``n``-fold self-convolution on ``size`` points, read out rotated by ``shift``.
+
+    ``out[j] = (pmf_c^{*n})[(shift + j) mod size]`` where ``pmf_c`` is ``pmf`` folded modulo
+    ``size``; computed as ``irfft(rfft(pmf_c)^n)`` (binary powers per bin). The caller
+    chooses ``size`` and accounts for the mass that the circular transform folds (see
+    ``rml_fast.privacy.pld``, ``self_compose``).
+
+    Parameters
+    ----------
+    pmf : ndarray of shape (m,), float64
+    n : int
+        Number of compositions, >= 1.
+    size : int
+        Transform length: an even ``f * 2^k`` (``f`` in {1, 3, 5}); see :func:`fft_good_size`.
+    shift : int, default=0
+    backend : {"auto", "native", "reference"}
+
+    Returns
+    -------
+    out : ndarray of shape (size,), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.kernels.sgg import pld_self_convolve
+    >>> np.round(pld_self_convolve(np.array([0.5, 0.5]), 2, 4), 12).tolist()
+    [0.25, 0.5, 0.25, 0.0]
+    """
+    p = check_array(pmf, "pmf", dtypes=(np.float64,), ndim=1)
+    if p.size == 0:
+        raise ValueError("pmf must not be empty")
+    n = int(check_scalar(n, "n", Interval("int", 1, None)))
+    size = int(check_scalar(size, "size", Interval("int", 2, None)))
+    if not _is_good(size):
+        raise ValueError(f"size must be an even f * 2^k with f in (1, 3, 5), got {size}")
+    return _self_convolve(
+        np.ascontiguousarray(p), n, size, int(shift), device=resolve_device(None), backend=backend
+    )
+
+
+def _is_good(size: int) -> bool:
+    if size < 2 or size % 2:
+        return False
+    h = size // 2
+    while h % 2 == 0:
+        h //= 2
+    return h in (1, 3, 5)
+
+
+def pld_self_convolve_reference(pmf: np.ndarray, n: int, size: int, shift: int = 0) -> np.ndarray:
+    """``numpy.fft`` twin of :func:`pld_self_convolve`."""
+    folded = np.bincount(np.arange(pmf.size) % size, weights=pmf, minlength=size)
+    return np.roll(np.fft.irfft(np.fft.rfft(folded) ** n, size), -(shift % size))
+
+
+@_self_convolve.register("reference")
+def _self_convolve_ref(pmf, n, size, shift, *, device):  # type: ignore[no-untyped-def]
+    return pld_self_convolve_reference(pmf, n, size, shift)
+
+
+@_self_convolve.register("native")
+def _self_convolve_native(pmf, n, size, shift, *, device):  # type: ignore[no-untyped-def]
+    from rml_fast._native import _C
+
+    out = np.empty(size)
+    _C.sgg.pld_self_convolve(out, pmf, n, shift)
     return out
