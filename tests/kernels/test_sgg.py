@@ -207,3 +207,87 @@ def test_pld_epsilon_readout_native_matches_reference():
     finite = np.isfinite(a)
     back = K.pld_delta_for_epsilon(pmf, -500, 1e-3, 1e-6, a[finite])
     assert np.all(back <= deltas[finite] * (1 + 1e-9))
+
+
+# --- native FFT ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 4, 6, 10, 12, 20, 64, 96, 160, 1024, 3 * 2**11, 5 * 2**12, 2**15])
+def test_native_real_fft_matches_numpy(n):
+    from rml_fast._native import _C
+
+    rng = np.random.default_rng(n)
+    for nx in {1, max(1, n // 3), n - 1, n}:
+        x = rng.standard_normal(nx)
+        re, im = np.empty(n // 2 + 1), np.empty(n // 2 + 1)
+        _C.sgg.fft_rfft(re, im, x, n)
+        want = np.fft.rfft(x, n)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(re, want.real, atol=1e-14 * scale)
+        np.testing.assert_allclose(im, want.imag, atol=1e-14 * scale)
+        back = np.empty(n)
+        _C.sgg.fft_irfft(back, re, im)
+        np.testing.assert_allclose(back[:nx], x, atol=1e-14 * np.abs(x).max())
+        np.testing.assert_allclose(back[nx:], 0.0, atol=1e-14 * np.abs(x).max())
+
+
+def test_native_fft_folds_long_input_modulo_n():
+    from rml_fast._native import _C
+
+    x = np.random.default_rng(0).random(1000)
+    re, im = np.empty(129), np.empty(129)
+    _C.sgg.fft_rfft(re, im, x, 256)
+    folded = np.bincount(np.arange(1000) % 256, weights=x)
+    np.testing.assert_allclose(re + 1j * im, np.fft.rfft(folded), atol=1e-12)
+
+
+@pytest.mark.parametrize(("na", "nb"), [(1, 1), (1, 100), (7, 300), (65, 70), (3000, 5000), (20000, 33)])
+def test_pld_convolve_is_linear_convolution(na, nb):
+    rng = np.random.default_rng(na + nb)
+    a, b = rng.random(na), rng.random(nb)
+    got = K.pld_convolve(a, b)
+    assert got.shape == (na + nb - 1,)
+    np.testing.assert_allclose(got, np.convolve(a, b), atol=1e-13 * max(1.0, np.convolve(a, b).max()))
+    np.testing.assert_allclose(got, K.pld_convolve(a, b, backend="reference"), atol=1e-12)
+
+
+@pytest.mark.parametrize(("size", "shift", "n"), [(4096, 5, 37), (6144, -77, 3), (20480, 1234, 1000), (40960, 0, 2), (20, 3, 5)])
+def test_pld_self_convolve_matches_numpy_fft(size, shift, n):
+    rng = np.random.default_rng(size)
+    p = rng.random(7000) * np.exp(-np.linspace(0, 30, 7000))
+    p /= p.sum()
+    got = K.pld_self_convolve(p, n, size, shift)
+    want = K.pld_self_convolve(p, n, size, shift, backend="reference")
+    np.testing.assert_allclose(got, want, atol=1e-14)
+    assert abs(got.sum() - 1.0) < 1e-12  # total mass is kept by the circular transform
+
+
+def test_pld_self_convolve_small_case_by_brute_force():
+    p = np.array([0.2, 0.5, 0.3])
+    want = np.convolve(np.convolve(p, p), p)  # support 7 < size: no folding
+    got = K.pld_self_convolve(p, 3, 8, 0)
+    np.testing.assert_allclose(got[:7], want, atol=1e-15)
+    np.testing.assert_allclose(got[7], 0.0, atol=1e-15)
+    np.testing.assert_allclose(K.pld_self_convolve(p, 3, 8, 2), np.roll(got, -2), atol=1e-15)
+
+
+def test_fft_good_size_and_bad_input():
+    from rml_fast._native import _C
+
+    for n in (1, 2, 3, 7, 11, 100, 1000, 262833, 10**6):
+        g = K.fft_good_size(n)
+        assert g >= n and g % 2 == 0 and g == _C.sgg.fft_good_size(n)
+        assert K._is_good(g)
+    assert K.fft_good_size(262833) == 5 * 2**16
+    with pytest.raises(ValueError, match="size"):
+        K.pld_self_convolve(np.ones(3) / 3, 2, 30)
+    with pytest.raises(ValueError, match="pmf"):
+        K.pld_self_convolve(np.zeros(0), 2, 8)
+    with pytest.raises(ValueError, match="n"):
+        K.pld_self_convolve(np.ones(3) / 3, 0, 8)
+    with pytest.raises(ValueError, match="a and b"):
+        K.pld_convolve(np.zeros(0), np.ones(2))
+    with pytest.raises(ValueError, match="n must be an even"):
+        _C.sgg.fft_rfft(np.empty(8), np.empty(8), np.ones(3), 14)
+    with pytest.raises(ValueError, match="out must hold"):
+        _C.sgg.pld_convolve(np.empty(3), np.ones(2), np.ones(3))
