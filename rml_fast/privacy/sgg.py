@@ -38,6 +38,7 @@ from rml_fast.privacy._pld_discretise import (
     _pmf_from_cdf,
     _symmetric_model,
 )
+from rml_fast.privacy._sgg_1d import loss_cdf_1d
 from rml_fast.privacy.pld import PrivacyLossDistribution, _common_args
 
 __all__ = ["SGGMechanism", "optimal_sgg"]
@@ -50,65 +51,6 @@ _N = Interval("int", 1, None)
 # tail: the top bucket is placed where 1 - F <= 1e-13, and that (computed) mass goes to +inf.
 QUADRATURE_TAIL = 1e-13
 _BOUND_NODES = 480  # radius nodes of the quadrature that only places truncation bounds
-
-
-def _loss_cdf_1d(ell: np.ndarray, sigma: float, p: float, sens: float) -> np.ndarray:
-    """P(L <= l) for dim = 1, k = 1: X symmetric with |X| ~ GenGamma, L = (|x-D|^p - |x|^p)/sigma^p.
-
-    Three monotone pieces: x <= 0, 0 < x < D, x >= D; each level set is an interval found
-    by bisection, whose mass comes from the regularized incomplete gamma function.
-    """
-    a = 1.0 / p
-    top = (sens / sigma) ** p
-    r_max = sigma * float(special.gammainccinv(a, 1e-300)) ** (1.0 / p) + 2 * sens
-
-    def c_r(r: np.ndarray) -> np.ndarray:  # P(|X| <= r)
-        return special.gammainc(a, (np.maximum(r, 0.0) / sigma) ** p)
-
-    def s_r(r: np.ndarray) -> np.ndarray:  # P(|X| > r)
-        return special.gammaincc(a, (np.maximum(r, 0.0) / sigma) ** p)
-
-    def bisect(fn: Any, lo: float, hi: float, increasing: bool) -> np.ndarray:
-        # threshold t in [lo, hi] with fn(t) = ell for a monotone fn
-        a_ = np.full(ell.shape, lo)
-        b_ = np.full(ell.shape, hi)
-        for _ in range(200):
-            mid = 0.5 * (a_ + b_)
-            above = fn(mid) > ell
-            if increasing:
-                b_, a_ = np.where(above, mid, b_), np.where(above, a_, mid)
-            else:
-                a_, b_ = np.where(above, mid, a_), np.where(above, b_, mid)
-        return 0.5 * (a_ + b_)
-
-    out = np.zeros(ell.shape)
-    # Piece A: x = -r <= 0, L = g(r) = ((r + D)^p - r^p)/sigma^p.
-    g = lambda r: ((r + sens) ** p - r**p) / sigma**p  # noqa: E731
-    if p > 1:
-        r_star = bisect(g, 0.0, r_max, increasing=True)
-        out += np.where(ell >= top, 0.5 * c_r(r_star), 0.0)
-    elif p < 1:
-        r_star = bisect(g, 0.0, r_max, increasing=False)
-        out += np.where(ell >= top, 0.5, np.where(ell > 0, 0.5 * s_r(r_star), 0.0))
-    else:
-        out += np.where(ell >= top, 0.5, 0.0)
-    # Piece B: 0 < x < D, L = ((D - x)^p - x^p)/sigma^p decreasing from top to -top.
-    gb = lambda x: ((sens - x) ** p - x**p) / sigma**p  # noqa: E731
-    x_star = bisect(gb, 0.0, sens, increasing=False)
-    mass_b = 0.5 * (c_r(np.full(ell.shape, sens)) - c_r(x_star))
-    out += np.where(ell >= top, 0.5 * c_r(np.array(sens)), np.where(ell > -top, mass_b, 0.0))
-    # Piece C: x >= D, L = ((x - D)^p - x^p)/sigma^p.
-    gc = lambda x: ((x - sens) ** p - x**p) / sigma**p  # noqa: E731
-    tail_c = 0.5 * s_r(np.array(sens))
-    if p > 1:  # decreasing from -top to -inf: set is x >= x*
-        x_star = bisect(gc, sens, r_max, increasing=False)
-        out += np.where(ell >= -top, tail_c, 0.5 * s_r(x_star))
-    elif p < 1:  # increasing from -top to 0: set is [D, x*]
-        x_star = bisect(gc, sens, r_max, increasing=True)
-        out += np.where(ell >= 0, tail_c, np.where(ell >= -top, 0.5 * (s_r(np.array(sens)) - s_r(x_star)), 0.0))
-    else:
-        out += np.where(ell >= -top, tail_c, 0.0)
-    return np.clip(out, 0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -165,8 +107,6 @@ class SGGMechanism:
         object.__setattr__(
             self, "sensitivity", float(check_scalar(self.sensitivity, "sensitivity", _POS))
         )
-        if dim == 1 and k != 1.0:
-            raise ValueError(f"k must be 1 when dim=1 (got k={k}); other shapes are not supported")
 
     # -- members -----------------------------------------------------------------------
     @classmethod
@@ -321,7 +261,7 @@ class SGGMechanism:
         """Vectorised loss CDF P(L <= l); -inf -> 0, +inf -> 1, NaN stays NaN."""
         if self.dim == 1:
             def raw(ell: np.ndarray) -> np.ndarray:
-                return _loss_cdf_1d(ell, self.sigma, self.p, self.sensitivity)
+                return loss_cdf_1d(ell, self.sigma, self._k, self.p, self.sensitivity)
         else:
             nodes = num_nodes if num_nodes is not None else _default_nodes(self.dim)
 
