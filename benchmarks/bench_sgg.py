@@ -3,7 +3,9 @@
 Cases
 - sampling: n x dim SGG noise (``sgg_sample``, C++ on the Philox stream) vs NumPy
   (``rng.gamma`` + ``rng.standard_normal`` + normalise) and torch (``torch._standard_gamma`` +
-  ``torch.randn``); 1e6 x 128 (``--quick``: 3e4 x 128).
+  ``torch.randn``); 1e6 x 128 (``--quick``: 3e4 x 128), float64 (p = 2, 1) and float32 (p = 2).
+- fft: our C++ FFT (``pld_self_convolve``: real FFT, N-th power, inverse; ``pld_convolve``)
+  vs the same computation on ``numpy.fft``, at the sizes of the N = 1000 composition.
 - pld_compose: Gaussian PLD at h = 1e-4 composed N = 1000 times and read out at delta =
   1e-5, vs dp-accounting (its default connect-the-dots PLD, and its pessimistic PLD, which
   is the same discretisation as ours); also the Poisson-subsampled Gaussian (q = 0.01).
@@ -51,7 +53,8 @@ def _sampling(suite: Suite, case: dict[str, Any]) -> None:
     n, dim, p = case["n"], case["dim"], case["p"]
     rng = np.random.default_rng(0)
     gen = torch.Generator().manual_seed(0)
-    ours = lambda: sgg_sample(n, dim, 1.0, float(dim), p, seed=1)  # noqa: E731
+    dtype = np.float32 if case.get("dtype") == "float32" else np.float64
+    ours = lambda: sgg_sample(n, dim, 1.0, float(dim), p, seed=1, dtype=dtype)  # noqa: E731
     suite.compare(case, ours, lambda: _numpy_sgg(n, dim, 1.0, dim, p, rng), peer_name="numpy (gamma+normal+normalise)")
     suite.compare(case, ours, lambda: _torch_sgg(n, dim, 1.0, dim, p, gen), peer_name="torch (cpu)")
 
@@ -133,8 +136,30 @@ def calibration_times(grid: list[tuple[int, float, int]], p: float = 1.0) -> lis
     return rows
 
 
+def _fft(suite: Suite, case: dict[str, Any]) -> None:
+    """Our C++ FFT vs numpy.fft on the same transform (size, N-th power, rotation)."""
+    from rml_fast.kernels.sgg import fft_good_size, pld_convolve, pld_self_convolve
+
+    pmf = PrivacyLossDistribution.from_gaussian(case["std"], h=1e-4).pmf
+    size = fft_good_size(case["window"])
+    suite.compare(
+        {**case, "size": size},
+        lambda: pld_self_convolve(pmf, case["n_comp"], size, 5),
+        lambda: pld_self_convolve(pmf, case["n_comp"], size, 5, backend="reference"),
+        peer_name="numpy.fft (rfft, power, irfft)",
+    )
+    big = np.convolve(pmf, pmf)
+    suite.compare(
+        {**case, "kind": "fft_convolve", "size": fft_good_size(big.size + pmf.size - 1)},
+        lambda: pld_convolve(big, pmf),
+        lambda: pld_convolve(big, pmf, backend="reference"),
+        peer_name="numpy.fft (rfft, product, irfft)",
+    )
+
+
 def _body(suite: Suite, case: dict[str, Any]) -> None:
-    {"sampling": _sampling, "pld_compose": _compose, "calibrate": _calibrate}[case["kind"]](suite, case)
+    kinds = {"sampling": _sampling, "pld_compose": _compose, "calibrate": _calibrate, "fft": _fft}
+    kinds[case["kind"]](suite, case)
 
 
 def mse_table(dims: list[int], h: float = 1e-3) -> list[dict[str, Any]]:
@@ -150,27 +175,41 @@ def mse_table(dims: list[int], h: float = 1e-3) -> list[dict[str, Any]]:
     return rows
 
 
-def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
+PARTS = ("sampling", "fft", "pld_compose", "calibrate", "tables")
+
+
+def run(
+    *, quick: bool = False, progress: bool = True, repeat: int = 5, parts: tuple[str, ...] = PARTS
+) -> Suite:
+    """Run the cases of ``parts`` (default all; a subset keeps one timed run short)."""
     n = 3 * 10**4 if quick else 10**6
-    cases: list[dict[str, Any]] = [{"kind": "sampling", "n": n, "dim": 128, "p": p} for p in (2.0, 1.0)]
-    cases += [
-        {"kind": "pld_compose", "std": 20.0, "q": 1.0, "n_comp": 1000},
-        {"kind": "pld_compose", "std": 1.0, "q": 0.01, "n_comp": 1000},
-    ][1 if quick else 0 :]
-    cal = [(2, 1.0, 1)] if quick else [(10, e, nc) for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)]
-    cases += [{"kind": "calibrate", "dim": d, "eps": e, "n_comp": nc} for d, e, nc in cal]
+    cases: list[dict[str, Any]] = []
+    if "sampling" in parts:
+        cases += [{"kind": "sampling", "n": n, "dim": 128, "p": p} for p in (2.0, 1.0)]
+        cases += [{"kind": "sampling", "n": n, "dim": 128, "p": 2.0, "dtype": "float32"}]
+    if "fft" in parts:
+        cases += [{"kind": "fft", "std": 20.0, "n_comp": 1000, "window": 30_000 if quick else 262_833}]
+    if "pld_compose" in parts:
+        cases += [
+            {"kind": "pld_compose", "std": 20.0, "q": 1.0, "n_comp": 1000},
+            {"kind": "pld_compose", "std": 1.0, "q": 0.01, "n_comp": 1000},
+        ][1 if quick else 0 :]
+    if "calibrate" in parts:
+        cal = [(2, 1.0, 1)] if quick else [(10, e, nc) for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)]
+        cases += [{"kind": "calibrate", "dim": d, "eps": e, "n_comp": nc} for d, e, nc in cal]
     if quick:
         repeat = min(repeat, 3)
     suite = Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
-    out = HERE / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    tag = "_quick" if quick else ""
-    rows = mse_table([1] if quick else list(range(1, 21)))
-    (out / f"sgg_mse{tag}.json").write_text(json.dumps(rows, indent=2) + "\n")
-    grid = [(2, 1.0, 1)] if quick else [
-        (d, e, nc) for d in (1, 2, 5, 10, 100) for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)
-    ]
-    (out / f"sgg_calibration{tag}.json").write_text(json.dumps(calibration_times(grid), indent=2) + "\n")
+    if "tables" in parts:
+        out = HERE / "results"
+        out.mkdir(parents=True, exist_ok=True)
+        tag = "_quick" if quick else ""
+        rows = mse_table([1] if quick else list(range(1, 21)))
+        (out / f"sgg_mse{tag}.json").write_text(json.dumps(rows, indent=2) + "\n")
+        grid = [(2, 1.0, 1)] if quick else [
+            (d, e, nc) for d in (1, 2, 5, 10, 100) for e in (0.1, 1.0, 4.0) for nc in (1, 100, 1000)
+        ]
+        (out / f"sgg_calibration{tag}.json").write_text(json.dumps(calibration_times(grid), indent=2) + "\n")
     return suite
 
 

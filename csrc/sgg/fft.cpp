@@ -15,8 +15,11 @@ using i64 = std::int64_t;
 constexpr double kPi = 3.141592653589793238462643383279502884;
 // The transforms themselves run serially: at the sizes PLDs need, a fork/join per stage
 // costs more than it saves on a shared 2-core machine (measured). OpenMP splits the
-// independent per-bin work (the N-th powers) instead.
-constexpr i64 kParallelBins = i64{1} << 16;  // bins above which per-bin work (powers) is split
+// independent per-bin work (the N-th powers) of very large transforms only.
+// Bins from which the per-bin powers are split over OpenMP threads. Below it one thread is
+// faster on a shared machine: measured here, a parallel region of a few ms leaves GOMP
+// workers spinning and slowed this and the following transforms by ~1.5x.
+constexpr i64 kParallelBins = i64{1} << 20;
 
 // n = f * 2^m: returns f (odd part) and stores 2^m.
 i64 split_odd(i64 n, i64* pow2) {

@@ -68,8 +68,9 @@ class SGGMechanism:
         Scale, > 0.
     k : float or None, default=None
         Shape, > 0; None means ``k = dim`` (the default member; ``k != dim`` puts a zero or
-        a pole of the density at the origin and needs far more noise). For ``dim = 1`` only
-        ``k = 1`` is supported.
+        a pole of the density at the origin and needs far more noise). Every k > 0 is
+        supported for every dim; for ``dim = 1, k != 1`` the loss CDF comes from a NumPy
+        monotone-piece inversion (``rml_fast.privacy._sgg_1d``), slower than the other members.
     p : float, default=2.0
         Power, > 0. ``p = 2`` is Gaussian, ``p = 1`` the l2 mechanism.
     sensitivity : float, default=1.0
