@@ -429,7 +429,8 @@ struct RealPlan {
     // W_n^k = W_{2M}^u W_n^v for k = f u + v.
     i64 u = 0, v = 0;
     for (i64 k = 0; k <= h; ++k) {
-      const auto a = static_cast<std::size_t>(k % h), b = static_cast<std::size_t>((h - k) % h);
+      const auto a = static_cast<std::size_t>(k == h ? 0 : k);
+      const auto b = static_cast<std::size_t>(k == 0 ? 0 : h - k);
       const double zkr = zr[a], zki = zi[a], zcr = zr[b], zci = -zi[b];
       const double fer = 0.5 * (zkr + zcr), fei = 0.5 * (zki + zci);
       const double for_ = 0.5 * (zki - zci), foi = -0.5 * (zkr - zcr);
@@ -470,10 +471,6 @@ struct RealPlan {
       zr[static_cast<std::size_t>(t)] *= scale;
       zi[static_cast<std::size_t>(t)] *= scale;
     }
-  }
-
-  double y(i64 j) const {
-    return (j % 2 == 0 ? zr : zi)[static_cast<std::size_t>(j / 2)];
   }
 };
 
@@ -567,7 +564,10 @@ void convolve(const double* a, std::int64_t na, const double* b, std::int64_t nb
     ai[u] = i;
   }
   plan.inverse(ar.data(), ai.data());
-  for (i64 j = 0; j < nc; ++j) c[j] = plan.y(j);
+  for (i64 t = 0; 2 * t < nc; ++t) {
+    c[2 * t] = plan.zr[static_cast<std::size_t>(t)];
+    if (2 * t + 1 < nc) c[2 * t + 1] = plan.zi[static_cast<std::size_t>(t)];
+  }
 }
 
 void self_convolve_circular(const double* pmf, std::int64_t npmf, std::int64_t n,
@@ -585,9 +585,10 @@ void self_convolve_circular(const double* pmf, std::int64_t npmf, std::int64_t n
   }
   plan.inverse(xr.data(), xi.data());
   const i64 s = ((shift % size) + size) % size;
+  // out[j] = y[(s + j) mod size] with y[2t] = zr[t], y[2t + 1] = zi[t].
   for (i64 j = 0; j < size; ++j) {
     const i64 t = s + j < size ? s + j : s + j - size;
-    out[j] = plan.y(t);
+    out[j] = (t & 1) ? plan.zi[static_cast<std::size_t>(t >> 1)] : plan.zr[static_cast<std::size_t>(t >> 1)];
   }
 }
 
