@@ -17,7 +17,12 @@ CUDA machine every case also runs on the GPU.
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -139,6 +144,58 @@ def _opacus_ghost(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callabl
     return step
 
 
+_SIDES: dict[str, Callable[..., Callable[[], Any]]] = {}
+
+
+def _probe(name: str, side: str, quick: bool) -> float:
+    """Peak memory (MiB) that training steps add on top of the model and the batch.
+
+    Run in a fresh process with a fixed mmap threshold (set by :func:`_peak_training_mb`),
+    so that every large tensor is mapped on allocation and unmapped on free: the resident
+    set then follows the live tensors. A throw-away copy of the same side first runs two
+    steps (loading the BLAS/oneDNN code pages and lazy state, which are not training
+    memory), then the resident set is the baseline, its high-water mark (``VmHWM``) is
+    reset, and two steps of the measured side run: the growth counts gradients, optimizer
+    state (momentum, ``x_{t-1}``), saved activations and every temporary.
+    """
+    import gc
+
+    from rml_fast.benchmarking import _reset_peak_rss, _status_kib
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, x, y = _case(name, quick)
+        warm = _SIDES[side](copy.deepcopy(model), x, y)
+        warm()
+        warm()
+        del warm
+        gc.collect()
+        base = _status_kib("VmRSS") or 0
+        if not _reset_peak_rss():
+            return float("nan")
+        step = _SIDES[side](model, x, y)
+        step()
+        step()
+        peak = _status_kib("VmHWM") or 0
+    return max(peak - base, 0) / 1024
+
+
+def _peak_training_mb(name: str, side: str, quick: bool) -> float | None:
+    """:func:`_probe` in a subprocess (CPU only); None where it cannot run."""
+    if sys.platform != "linux":
+        return None
+    code = ("import sys; sys.path.insert(0, {d!r}); import bench_clip as b; "
+            "print(b._probe({n!r}, {s!r}, {q!r}))").format(
+                d=str(Path(__file__).resolve().parent), n=name, s=side, q=quick)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=600, check=True).stdout
+        return float(json.loads(out.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
 def _body(suite: Suite, case: dict[str, Any]) -> None:
     model, x, y = _case(case["model"], suite.quick)
     device = case.get("device", "cpu")
@@ -159,6 +216,15 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                       peer_name="opacus hooks", device=device)
         suite.compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
                       peer_name="opacus ghost", device=device)
+
+
+_SIDES.update({
+    "rml_fast dpsgd": _ours,
+    "rml_fast dpc4": lambda m, x, y: _ours(m, x, y, "dpc4"),
+    "non-private SGD": _nonprivate,
+    "opacus hooks": _opacus_hooks,
+    "opacus ghost": _opacus_ghost,
+})
 
 
 def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:

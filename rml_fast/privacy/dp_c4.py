@@ -326,16 +326,15 @@ class DPC4Optimizer(torch.optim.Optimizer):
                     p.copy_(q)
             return self._pass(engine, closure, shadow)
         params = self.engine.params
-        current = [p.detach().clone() for p in params]
-        with torch.no_grad():
-            for p, q in zip(params, self._x_prev, strict=True):
-                p.copy_(q)
+        # swap the storages (no copy of x_t): the parameters hold x_{t-1} for this pass
+        current = [p.data for p in params]
+        for p, q in zip(params, self._x_prev, strict=True):
+            p.data = q
         try:
             return self._pass(self.engine, closure, self.module)
         finally:
-            with torch.no_grad():
-                for p, q in zip(params, current, strict=True):
-                    p.copy_(q)
+            for p, q in zip(params, current, strict=True):
+                p.data = q
 
     @torch.no_grad()
     def step(self, closure: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:  # type: ignore[override]
@@ -349,6 +348,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
             group["lr"] = lr
         beta = self.beta(t)
         sigma_g, sigma_d = self.noise_multipliers(t)
+        for p in params:  # the previous step's output is not needed: free it before the passes
+            p.grad = None
         rng_state = _rng_state()  # both passes see the same randomness (e.g. dropout masks)
         cp = self._pass(self.engine, closure, self.module)
         norms = self.engine.norms(cp)
@@ -360,7 +361,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
         if beta >= 1.0:
             std = sigma_g * anchor_clip
             self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
-                                   seed=self.seed, offset=offset)
+                                   seed=self.seed, offset=offset, consume=True)
             drift_threshold, clipped_frac_drift = math.nan, math.nan
         else:
             after = _rng_state()
@@ -378,7 +379,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
             std = math.hypot((1 - beta) * sigma_d * drift_threshold, beta * sigma_g * anchor_clip)
             self.engine.accumulate(
                 [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
-                noise_std=std / Bexp, seed=self.seed, offset=offset,
+                noise_std=std / Bexp, seed=self.seed, offset=offset, consume=True,
             )
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:
