@@ -22,8 +22,8 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -184,9 +184,8 @@ def _peak_training_mb(name: str, side: str, quick: bool) -> float | None:
     """:func:`_probe` in a subprocess (CPU only); None where it cannot run."""
     if sys.platform != "linux":
         return None
-    code = ("import sys; sys.path.insert(0, {d!r}); import bench_clip as b; "
-            "print(b._probe({n!r}, {s!r}, {q!r}))").format(
-                d=str(Path(__file__).resolve().parent), n=name, s=side, q=quick)
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import bench_clip as b; "
+            f"print(b._probe({name!r}, {side!r}, {quick!r}))")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     try:
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

@@ -284,7 +284,7 @@ class ClippingEngine:
         if self.mode != "auto":
             return self.mode == "ghost"
         L, d, p = f.positions, f.fan_in, f.fan_out
-        return p > L and 2 * L * L < p * d
+        return p > L and p * d > 2 * L * L
 
     def _sq_norm(self, f: Form) -> torch.Tensor:
         if isinstance(f, ConvForm):
