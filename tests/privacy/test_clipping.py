@@ -294,3 +294,25 @@ def test_engine_on_cuda_matches_brute_force(name: str) -> None:
     model, x = model.cuda(), x.cuda()
     norms = per_sample_grad_norms(model, lambda m: m(x))
     torch.testing.assert_close(norms.cpu(), expected, rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("name", ["conv_model", "seq_model"])
+def test_accumulate_consume_releases_passes_and_keeps_the_sum(name: str) -> None:
+    """consume=True writes the same noisy sum and leaves the passes empty (their
+    activations and output gradients released layer by layer)."""
+    model, x = _prep(name, torch.float64)
+    w = torch.linspace(0.3, 1.0, B, dtype=torch.float64)
+    sums = []
+    for consume in (False, True):
+        with ClippingEngine(model) as engine:
+            with engine.record():
+                cp = engine.backward(model(x))
+            engine.accumulate([(cp, w)], noise_std=0.2, seed=9, offset=3, consume=consume)
+        sums.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+        assert all(not forms for _, forms in cp.forms) == consume
+    torch.testing.assert_close(sums[0], sums[1], rtol=1e-12, atol=1e-12)
+    G = _per_sample_grads(model, x)
+    from rml_fast.kernels.random import normal_reference
+
+    expected = w @ G + 0.2 * torch.from_numpy(normal_reference(G.shape[1], 9, 3)).double()
+    torch.testing.assert_close(sums[1], expected, rtol=1e-6, atol=1e-6)
