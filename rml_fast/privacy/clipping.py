@@ -269,6 +269,27 @@ class ClippingEngine:
                 total += self._diff_sq_norm(f, f2)
         return total.clamp_min(0.0).sqrt()
 
+    def norms_and_diff_norms(
+        self, cp: CapturedPass, cp_prev: CapturedPass
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norms(cp), diff_norms(cp, cp_prev))`` in one walk over the layers: a layer whose
+        per-sample gradients are instantiated forms them once for both (and drops them)."""
+        if cp.batch_size != cp_prev.batch_size:
+            raise ValueError("the two passes must be over the same batch")
+        total, diff = self._zeros(cp), self._zeros(cp)
+        for (name, forms), (name2, forms2) in zip(cp.forms, cp_prev.forms, strict=True):
+            if name != name2 or len(forms) != len(forms2):
+                raise ValueError(f"passes differ at layer {name!r}/{name2!r}")
+            for f, f2 in zip(forms, forms2, strict=True):
+                if isinstance(f, ConvForm) and isinstance(f2, ConvForm) and not self._conv_ghost(f):
+                    g, g2 = f.per_sample(), f2.per_sample()
+                    total += self._sq_norm(g)
+                    diff += self._diff_sq_norm(g, g2)
+                else:
+                    total += self._sq_norm(f)
+                    diff += self._diff_sq_norm(f, f2)
+        return total.sqrt(), diff.clamp_min(0.0).sqrt()
+
     def _zeros(self, cp: CapturedPass) -> torch.Tensor:
         device = self.params[0].device
         return torch.zeros(cp.batch_size, dtype=torch.float64, device=device)

@@ -357,25 +357,29 @@ class DPC4Optimizer(torch.optim.Optimizer):
             p.grad = None
         rng_state = _rng_state()  # both passes see the same randomness (e.g. dropout masks)
         cp = self._pass(self.engine, closure, self.module)
-        norms = self.engine.norms(cp)
-        anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
-        w_anchor = clip_factors(norms, anchor_clip)
-        offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
-        Bexp = float(self.expected_batch_size)
-        # sums and noise are divided by B inside the accumulate (folded into the weights)
-        if beta >= 1.0:
-            std = sigma_g * anchor_clip
-            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
-                                   seed=self.seed, offset=offset, consume=True)
-            drift_threshold, clipped_frac_drift = math.nan, math.nan
-        else:
+        cp_prev = None
+        if beta < 1.0:
             after = _rng_state()
             _set_rng_state(rng_state)
             try:
                 cp_prev = self._previous_pass(closure)
             finally:
                 _set_rng_state(after)
-            diffs = self.engine.diff_norms(cp, cp_prev)
+            # one walk over the layers: per-sample gradients instantiated once for both
+            norms, diffs = self.engine.norms_and_diff_norms(cp, cp_prev)
+        else:
+            norms = self.engine.norms(cp)
+        anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
+        w_anchor = clip_factors(norms, anchor_clip)
+        offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
+        Bexp = float(self.expected_batch_size)
+        # sums and noise are divided by B inside the accumulate (folded into the weights)
+        if cp_prev is None:  # beta_t = 1: DP-SGD's update
+            std = sigma_g * anchor_clip
+            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
+                                   seed=self.seed, offset=offset, consume=True)
+            drift_threshold, clipped_frac_drift = math.nan, math.nan
+        else:
             drift_threshold = self.drift_clip_scale * (
                 self._last_move + self._last_lr * self.threshold_shift
             )
