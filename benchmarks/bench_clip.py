@@ -10,8 +10,13 @@ the memory baseline.
 
 Cases: MLP (d=p=1024, B=256), small CNN (32x32, B=128), transformer block (S=128, d=256,
 B=16), embedding bag (V=50k, S=64, B=64). ``--quick``: the MLP at d=p=256, B=64. A row
-"dpc4 step" vs "rml_fast dpsgd step" gives the cost of DP-C4's coupled two-pass step. On a
+"dpc4 step" vs "rml_fast dpsgd" gives the cost of DP-C4's coupled two-pass step. On a
 CUDA machine every case also runs on the GPU.
+
+CPU memory columns: the training peak each side adds on top of the model and the batch,
+measured in a fresh process per side (:func:`_probe`). ``python benchmarks/bench_clip.py
+--interleaved`` prints best-of-N step times with the sides run in turn (robust to load on a
+shared machine; :func:`interleaved`).
 """
 
 from __future__ import annotations
