@@ -10,15 +10,25 @@ the memory baseline.
 
 Cases: MLP (d=p=1024, B=256), small CNN (32x32, B=128), transformer block (S=128, d=256,
 B=16), embedding bag (V=50k, S=64, B=64). ``--quick``: the MLP at d=p=256, B=64. A row
-"dpc4 step" vs "rml_fast dpsgd step" gives the cost of DP-C4's coupled two-pass step. On a
+"dpc4 step" vs "rml_fast dpsgd" gives the cost of DP-C4's coupled two-pass step. On a
 CUDA machine every case also runs on the GPU.
+
+CPU memory columns: the training peak each side adds on top of the model and the batch,
+measured in a fresh process per side (:func:`_probe`). ``python benchmarks/bench_clip.py
+--interleaved`` prints best-of-N step times with the sides run in turn (robust to load on a
+shared machine; :func:`interleaved`).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -139,26 +149,103 @@ def _opacus_ghost(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callabl
     return step
 
 
+_SIDES: dict[str, Callable[..., Callable[[], Any]]] = {}
+
+
+def _probe(name: str, side: str, quick: bool) -> float:
+    """Peak memory (MiB) that training steps add on top of the model and the batch.
+
+    Run in a fresh process with a fixed mmap threshold (set by :func:`_peak_training_mb`),
+    so that every large tensor is mapped on allocation and unmapped on free: the resident
+    set then follows the live tensors. A throw-away copy of the same side first runs two
+    steps (loading the BLAS/oneDNN code pages and lazy state, which are not training
+    memory), then the resident set is the baseline, its high-water mark (``VmHWM``) is
+    reset, and two steps of the measured side run: the growth counts gradients, optimizer
+    state (momentum, ``x_{t-1}``), saved activations and every temporary.
+    """
+    import gc
+
+    from rml_fast.benchmarking import _reset_peak_rss, _status_kib
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, x, y = _case(name, quick)
+        warm = _SIDES[side](copy.deepcopy(model), x, y)
+        warm()
+        warm()
+        del warm
+        gc.collect()
+        base = _status_kib("VmRSS") or 0
+        if not _reset_peak_rss():
+            return float("nan")
+        step = _SIDES[side](model, x, y)
+        step()
+        step()
+        peak = _status_kib("VmHWM") or 0
+    return max(peak - base, 0) / 1024
+
+
+def _peak_training_mb(name: str, side: str, quick: bool) -> float | None:
+    """:func:`_probe` in a subprocess (CPU only); None where it cannot run."""
+    if sys.platform != "linux":
+        return None
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import bench_clip as b; "
+            f"print(b._probe({name!r}, {side!r}, {quick!r}))")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=600, check=True).stdout
+        return float(json.loads(out.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
 def _body(suite: Suite, case: dict[str, Any]) -> None:
     model, x, y = _case(case["model"], suite.quick)
     device = case.get("device", "cpu")
     model, x, y = model.to(device), x.to(device), y.to(device)
-    ours = _ours(copy.deepcopy(model), x, y)
-    suite.compare(case, ours, _nonprivate(copy.deepcopy(model), x, y),
-                  peer_name="non-private SGD", device=device)
-    # DP-C4's coupled step (two passes) against our own DP-SGD step: ratio = cost factor^-1
-    suite.compare({**case, "ours": "dpc4 step"}, _ours(copy.deepcopy(model), x, y, "dpc4"),
-                  ours, peer_name="rml_fast dpsgd step", device=device)
     try:
         import opacus  # noqa: F401
+
+        peers = ["opacus hooks", "opacus ghost"]
     except ImportError:
-        return
+        peers = []
+    # CPU memory: each side's training peak in a fresh process (see _probe); on CUDA the
+    # caching allocator's peak of one step (Suite's default)
+    cpu = device == "cpu"
+    mem = {side: _peak_training_mb(case["model"], side, suite.quick) if cpu else None
+           for side in ["non-private SGD", "rml_fast dpsgd", "rml_fast dpc4", *peers]}
+
+    def compare(row_case: dict[str, Any], ours: Callable[[], Any], peer: Callable[[], Any],
+                ours_side: str, peer_side: str) -> None:
+        row = suite.compare(row_case, ours, peer, peer_name=peer_side, device=device,
+                            memory=not cpu)
+        if cpu:
+            row["ours_peak_mb"], row["peer_peak_mb"] = mem[ours_side], mem[peer_side]
+            row["memory"] = "training peak over model+batch, fresh process (bench_clip._probe)"
+
+    ours = _ours(copy.deepcopy(model), x, y)
+    compare(case, ours, _nonprivate(copy.deepcopy(model), x, y),
+            "rml_fast dpsgd", "non-private SGD")
+    # DP-C4's coupled step (two passes) against our own DP-SGD step: ratio = cost factor^-1
+    compare({**case, "ours": "dpc4 step"}, _ours(copy.deepcopy(model), x, y, "dpc4"),
+            ours, "rml_fast dpc4", "rml_fast dpsgd")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        suite.compare(case, ours, _opacus_hooks(copy.deepcopy(model), x, y),
-                      peer_name="opacus hooks", device=device)
-        suite.compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
-                      peer_name="opacus ghost", device=device)
+        if peers:
+            compare(case, ours, _opacus_hooks(copy.deepcopy(model), x, y),
+                    "rml_fast dpsgd", "opacus hooks")
+            compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
+                    "rml_fast dpsgd", "opacus ghost")
+
+
+_SIDES.update({
+    "rml_fast dpsgd": _ours,
+    "rml_fast dpc4": lambda m, x, y: _ours(m, x, y, "dpc4"),
+    "non-private SGD": _nonprivate,
+    "opacus hooks": _opacus_hooks,
+    "opacus ghost": _opacus_ghost,
+})
 
 
 def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
@@ -171,7 +258,44 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
         return Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
 
 
+def interleaved(names: list[str], *, rounds: int = 7, quick: bool = False,
+                sides: tuple[str, ...] = ("rml_fast dpsgd", "rml_fast dpc4", "non-private SGD",
+                                          "opacus hooks", "opacus ghost")) -> list[dict[str, Any]]:
+    """Best-of-``rounds`` step times with the sides run in turn (ours, peers, ours, ...).
+
+    On a shared machine a load burst during one side's consecutive runs skews a median
+    ratio; interleaving exposes every side to the same load, and the minimum is the run
+    least disturbed by it. Returns one row per case: seconds per side and ``peer/ours``.
+    """
+    import time
+
+    rows = []
+    for name in names:
+        model, x, y = _case(name, quick)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            steps = {s: _SIDES[s](copy.deepcopy(model), x, y) for s in sides}
+            best = dict.fromkeys(steps, float("inf"))
+            for f in steps.values():
+                f()
+            for _ in range(rounds):
+                for s, f in steps.items():
+                    t0 = time.perf_counter()
+                    f()
+                    best[s] = min(best[s], time.perf_counter() - t0)
+        ours = best[sides[0]]
+        rows.append({"model": name, "threads": torch.get_num_threads(), "best_s": best,
+                     "ratio_vs_ours": {s: v / ours for s, v in best.items()}})
+    return rows
+
+
 if __name__ == "__main__":
+    if "--interleaved" in sys.argv:  # python benchmarks/bench_clip.py --interleaved [--quick]
+        quick = "--quick" in sys.argv
+        for row in interleaved(["mlp"] if quick else ["mlp", "cnn", "transformer", "embedding"],
+                               quick=quick):
+            print(json.dumps(row))
+        raise SystemExit(0)
     from run_all import main
 
     raise SystemExit(main([SUITE]))

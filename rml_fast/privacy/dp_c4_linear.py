@@ -1,8 +1,9 @@
 """DP-C4 and DP-SGD for linear and logistic models with a scikit-learn API (NumPy path).
 
-For a linear model the per-sample gradient is rank one, ``g_i = r_i [x_i, 1]`` with the
-residual ``r_i = sigmoid(z_i) - y_i`` (logistic) or ``z_i - y_i`` (squared loss), so norms and
-the coupled difference ``(r_i(x_t) - r_i(x_{t-1})) [x_i, 1]`` are exact and cheap. The
+For a linear model the per-sample gradient is rank one, ``g_i = [x_i, 1] r_i^T`` with the
+residual ``r_i = sigmoid(z_i) - y_i`` (binary logistic), ``softmax(z_i) - e_{y_i}`` (multiclass,
+``K`` outputs) or ``z_i - y_i`` (squared loss), so ``||g_i|| = ||r_i|| ||[x_i, 1]||`` and the
+coupled difference ``[x_i, 1] (r_i(x_t) - r_i(x_{t-1}))^T`` are exact and cheap. The
 L2 penalty ``alpha/2 ||w||^2`` is data-independent and enters the update unclipped. The
 algorithm and its options are those of :class:`rml_fast.privacy.dp_c4.DPC4Optimizer`
 (**[PROPOSED reconstruction]** of DP-C4).
@@ -36,6 +37,11 @@ _FRACTION = Interval("real", 0.0, 1.0, "neither")
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
 
 
 class _DPC4Linear(BaseEstimator):
@@ -87,7 +93,12 @@ class _DPC4Linear(BaseEstimator):
         self.callback = callback
 
     def _residual(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return (_sigmoid(z) if self._loss == "logistic" else z) - y
+        """Residuals (n, K) for scores z (n, K) and targets y (n, K) (one-hot if softmax)."""
+        if self._loss == "logistic":
+            return _sigmoid(z) - y
+        if self._loss == "softmax":
+            return _softmax(z) - y
+        return z - y
 
     def _validate(self, n: int) -> dict[str, Any]:
         if self.algorithm not in ALGORITHMS:
@@ -116,7 +127,8 @@ class _DPC4Linear(BaseEstimator):
         return v
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
-        n = X.shape[0]
+        """``y`` of shape (n, K): K = 1 (binary logistic, squared) or one-hot (softmax)."""
+        n, K = X.shape[0], y.shape[1]
         v = self._validate(n)
         q = v["batch_size"] / n
         steps_per_epoch = max(1, round(1 / q))
@@ -130,10 +142,10 @@ class _DPC4Linear(BaseEstimator):
         Xa = np.hstack([X, np.ones((n, 1), X.dtype)]) if self.fit_intercept else X
         dim = Xa.shape[1]
         row_norms = np.linalg.norm(Xa, axis=1)
-        theta = np.zeros(dim)
+        theta = np.zeros((dim, K))
         theta_prev = theta.copy()
-        vel = np.zeros(dim)
-        penalty = np.full(dim, v["alpha"])
+        vel = np.zeros((dim, K))
+        penalty = np.full((dim, 1), v["alpha"])
         if self.fit_intercept:
             penalty[-1] = 0.0
         dpsgd = self.algorithm == "dpsgd"
@@ -150,19 +162,23 @@ class _DPC4Linear(BaseEstimator):
             beta = 1.0 if (dpsgd or t == 0) else min(1.0, v["beta0"] / (t + 1) ** v["beta_power"])
             idx = np.flatnonzero(rng.random(n) < q)
             Xb, yb, nb = Xa[idx], y[idx], row_norms[idx]
-            r = self._residual(Xb @ theta, yb)
+            r = self._residual(Xb @ theta, yb)  # (b, K)
             C_g = v["anchor_clip"] * beta ** (-v["growth"])
-            w_anchor = np.minimum(1.0, C_g / np.maximum(np.abs(r) * nb, 1e-300))
-            z = normal(dim, seed, (t * dim) % (MAX_COUNTER - dim)).astype(np.float64)
+            norms = np.linalg.norm(r, axis=1) * nb  # ||g_i|| = ||r_i|| ||x_i||
+            w_anchor = np.minimum(1.0, C_g / np.maximum(norms, 1e-300))
+            size = dim * K
+            z = normal(size, seed, (t * size) % (MAX_COUNTER - size)).astype(np.float64)
+            z = z.reshape(dim, K)
             if beta >= 1.0:
-                total = (w_anchor * r) @ Xb + sigma_g * C_g * z
+                total = Xb.T @ (w_anchor[:, None] * r) + sigma_g * C_g * z
             else:
                 r_prev = self._residual(Xb @ theta_prev, yb)
                 dr = r - r_prev
                 C_t = v["drift_clip_scale"] * (last_move + last_lr * v["threshold_shift"])
-                u = np.minimum(1.0, C_t / np.maximum(np.abs(dr) * nb, 1e-300))
+                u = np.minimum(1.0, C_t / np.maximum(np.linalg.norm(dr, axis=1) * nb, 1e-300))
                 std = math.hypot((1 - beta) * sigma_d * C_t, beta * sigma_g * C_g)
-                total = ((1 - beta) * u * dr + beta * w_anchor * r) @ Xb + std * z
+                coef = (1 - beta) * u[:, None] * dr + beta * w_anchor[:, None] * r
+                total = Xb.T @ coef + std * z
             vel = (1 - beta) * vel + total / v["batch_size"]
             direction = vel + penalty * theta
             theta_prev = theta
@@ -182,23 +198,33 @@ class _DPC4Linear(BaseEstimator):
         self.epsilon_ = privacy_spent(sigma, q, T, v["delta"]) if sigma > 0 else math.inf
 
     def _set(self, theta: np.ndarray) -> None:
-        if self.fit_intercept:
-            self.coef_, self.intercept_ = theta[:-1].copy(), float(theta[-1])
+        """theta (dim, K) -> coef_ (n_features,) and a float intercept_ for K = 1, else
+        sklearn's multinomial layout coef_ (K, n_features), intercept_ (K,)."""
+        W = theta[:-1] if self.fit_intercept else theta
+        b = theta[-1] if self.fit_intercept else np.zeros(theta.shape[1])
+        if theta.shape[1] == 1:
+            self.coef_, self.intercept_ = W[:, 0].copy(), float(b[0])
         else:
-            self.coef_, self.intercept_ = theta.copy(), 0.0
+            self.coef_, self.intercept_ = W.T.copy(), b.copy()
 
     def _decision(self, X: Any) -> np.ndarray:
         X = check_array(X, "X", ndim=2)
-        if X.shape[1] != self.coef_.shape[0]:
-            raise ValueError(f"X must have {self.coef_.shape[0]} features, got {X.shape[1]}")
-        return X @ self.coef_ + self.intercept_
+        n_features = self.coef_.shape[-1]
+        if X.shape[1] != n_features:
+            raise ValueError(f"X must have {n_features} features, got {X.shape[1]}")
+        return X @ self.coef_.T + self.intercept_
 
 
 class DPC4Classifier(ClassifierMixin, _DPC4Linear):
-    """Binary L2-regularised logistic regression trained privately by DP-C4 (or DP-SGD).
+    """L2-regularised logistic regression trained privately by DP-C4 (or DP-SGD).
 
-    Minimises ``(1/n) sum_i log(1 + exp(-s_i (w.x_i + b))) + alpha/2 ||w||^2`` under
-    ``(epsilon, delta)``-DP (add/remove adjacency, Poisson sampling, PLD accounting).
+    Two classes: minimises ``(1/n) sum_i log(1 + exp(-s_i (w.x_i + b))) + alpha/2 ||w||^2``.
+    ``K >= 3`` classes: multinomial (softmax) regression, ``(1/n) sum_i -log softmax(W x_i +
+    b)_{y_i} + alpha/2 ||W||_F^2`` with ``W`` of shape (K, n_features) (sklearn's
+    ``LogisticRegression(C=1/(alpha n))`` optimum). Per-sample gradients
+    ``[x_i, 1] (p_i - e_{y_i})^T`` are clipped as one vector of ``K (n_features + 1)``
+    entries, so the privacy guarantee is the same for any ``K``: ``(epsilon, delta)``-DP
+    (add/remove adjacency, Poisson sampling, PLD accounting).
 
     Parameters
     ----------
@@ -222,9 +248,10 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
-    classes_ : ndarray of shape (2,)
+    coef_ : ndarray of shape (n_features,) or (n_classes, n_features)
+        1-D for two classes, else one row per class (sklearn's multinomial layout).
+    intercept_ : float or ndarray of shape (n_classes,)
+    classes_ : ndarray of shape (n_classes,)
     noise_multiplier_, epsilon_, delta_, sample_rate_ : float
     n_iter_ : int
 
@@ -246,21 +273,35 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         y = np.asarray(y)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        self.classes_ = np.unique(y)
-        if self.classes_.shape[0] != 2:
-            raise ValueError(f"y must have exactly 2 classes, got {self.classes_.shape[0]}")
-        self._fit(X.astype(np.float64), (y == self.classes_[1]).astype(np.float64))
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        K = self.classes_.shape[0]
+        if K < 2:
+            raise ValueError(f"y must have at least 2 classes, got {K}")
+        if K == 2:
+            self._loss = "logistic"
+            target = (codes == 1).astype(np.float64)[:, None]
+        else:
+            self._loss = "softmax"
+            target = np.eye(K)[codes]
+        self._fit(X.astype(np.float64), target)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
+        """Scores of shape (n,) for two classes, else (n, n_classes)."""
         return self._decision(X)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        p = _sigmoid(self._decision(X))
+        z = self._decision(X)
+        if z.ndim == 2:
+            return _softmax(z)
+        p = _sigmoid(z)
         return np.stack([1 - p, p], axis=1)
 
     def predict(self, X: Any) -> np.ndarray:
-        return self.classes_[(self._decision(X) > 0).astype(int)]
+        z = self._decision(X)
+        if z.ndim == 2:
+            return self.classes_[z.argmax(axis=1)]
+        return self.classes_[(z > 0).astype(int)]
 
 
 class DPC4Regressor(RegressorMixin, _DPC4Linear):
@@ -286,7 +327,7 @@ class DPC4Regressor(RegressorMixin, _DPC4Linear):
         y = check_array(y, "y", ndim=1)
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        self._fit(X.astype(np.float64), y.astype(np.float64))
+        self._fit(X.astype(np.float64), y.astype(np.float64)[:, None])
         return self
 
     def predict(self, X: Any) -> np.ndarray:

@@ -2,11 +2,13 @@
 
 Each supported layer type registers, with an explicit decorator into :data:`LAYER_RULES`,
 a function ``(module, activation, output_grad) -> list[Form]`` that describes the layer's
-per-sample gradients in one of three forms, without computing them:
+per-sample gradients in one of four forms, without computing them:
 
 * :class:`GemmForm` -- a weight whose per-sample gradient is ``G_i = D_i^T A_i`` (Linear
-  over positions, Conv1d/Conv2d after unfolding the input), plus an optional bias
-  ``b_i = sum_s D_is``. Norms by ghost Grams or by instantiating ``G_i`` (chosen by cost).
+  over positions), plus an optional bias ``b_i = sum_s D_is``. Norms by ghost Grams or by
+  instantiating ``G_i`` (chosen by cost).
+* :class:`ConvForm` -- Conv1d/Conv2d: ``G_i`` instantiated by one batch-grouped
+  convolution (no im2col), or unfolded into GemmForms for ghost norms (chosen by cost).
 * :class:`EmbeddingForm` -- ``G_i = sum_s e_{id_is} D_is^T``: norm by segment sums.
 * :class:`SampleForm` -- per-sample gradients instantiated (LayerNorm/GroupNorm/RMSNorm
   affine parameters: a few numbers per sample).
@@ -26,6 +28,7 @@ from torch import nn
 
 __all__ = [
     "LAYER_RULES",
+    "ConvForm",
     "EmbeddingForm",
     "Form",
     "GemmForm",
@@ -86,7 +89,83 @@ class SampleForm:
         return tuple(self.grads)
 
 
-Form = GemmForm | EmbeddingForm | SampleForm
+@dataclass
+class ConvForm:
+    """A Conv1d/Conv2d layer's per-sample gradients, in whichever form the engine asks for.
+
+    ``x`` (B, C_in, H, W) is the input as the convolution sees it (non-zero padding modes
+    already applied), ``dy`` (B, C_out, H_out, W_out) the output gradient (Conv1d as
+    ``H = 1``). :meth:`per_sample` instantiates ``G_i`` with one convolution whose groups
+    run over the batch (the weight gradient of a ``B * groups``-grouped convolution: no
+    im2col); :meth:`gemm_forms` unfolds the input into ``GemmForm`` rows for ghost norms.
+    Both are computed once and cached.
+    """
+
+    weight: nn.Parameter
+    bias: nn.Parameter | None
+    x: torch.Tensor
+    dy: torch.Tensor
+    kernel: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: tuple[int, int]
+    stride: tuple[int, int]
+    groups: int
+    _gemm: list[Form] | None = field(default=None, repr=False)
+
+    @property
+    def params(self) -> tuple[nn.Parameter, ...]:
+        return tuple(p for p in (self.weight, self.bias) if _trainable(p))
+
+    @property
+    def positions(self) -> int:
+        """``L``, output positions per sample (the rows of the unfolded input)."""
+        return self.dy.shape[2] * self.dy.shape[3]
+
+    @property
+    def fan_in(self) -> int:
+        """``d = C_in / groups * kh * kw``."""
+        return self.x.shape[1] // self.groups * self.kernel[0] * self.kernel[1]
+
+    @property
+    def fan_out(self) -> int:
+        """``p = C_out / groups``."""
+        return self.dy.shape[1] // self.groups
+
+    def per_sample(self) -> SampleForm:
+        """Instantiated per-sample gradients (weight (B, *weight.shape), bias (B, C_out)).
+
+        Not cached: ``B`` copies of the weight are as large as the layer's activations, so
+        the engine takes norms from them and drops them (the clipped sum comes from one
+        convolution weight gradient with per-sample-scaled output gradients instead).
+        """
+        grads: dict[nn.Parameter, torch.Tensor] = {}
+        if _trainable(self.weight):
+            grads[self.weight] = _conv_per_sample_weight_grads(self)
+        if _trainable(self.bias):
+            grads[self.bias] = self.dy.sum((2, 3))  # type: ignore[index]
+        return SampleForm(grads)
+
+    def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
+        """``sum_i w_i G_i`` (weight only) by one convolution weight gradient of ``w``-scaled
+        output gradients, shape ``weight.shape``; ``w`` of shape (B,)."""
+        dyw = self.dy * w.to(self.dy.dtype).view(-1, 1, 1, 1)
+        weight = self.x.new_empty(1).expand(
+            self.dy.shape[1], self.x.shape[1] // self.groups, *self.kernel)
+        gw = torch.ops.aten.convolution_backward(
+            dyw, self.x, weight, None, list(self.stride), list(self.padding),
+            list(self.dilation), False, [0, 0], self.groups, [False, True, False],
+        )[1]
+        return gw.reshape(self.weight.shape)
+
+    def gemm_forms(self) -> list[Form]:
+        """The unfolded ``G_i = D_i^T A_i`` forms (one per group; bias of a grouped conv
+        as a :class:`SampleForm`)."""
+        if self._gemm is None:
+            self._gemm = _conv_gemm_forms(self)
+        return self._gemm
+
+
+Form = GemmForm | EmbeddingForm | SampleForm | ConvForm
 Rule = Callable[[nn.Module, torch.Tensor, torch.Tensor], list[Form]]
 
 
@@ -172,10 +251,47 @@ def _conv_padded_input(
     return x, tuple(module.padding[:nd])
 
 
+def _conv_per_sample_weight_grads(f: ConvForm) -> torch.Tensor:
+    B, C_in, H, W = f.x.shape
+    C_out = f.dy.shape[1]
+    shape = f.weight.shape
+    # the weight of the B-fold grouped convolution: only its shape is read when just the
+    # weight gradient is asked for (as torch.nn.grad.conv2d_weight does)
+    weight = f.x.new_empty(1).expand(B * C_out, C_in // f.groups, *f.kernel)
+    gw = torch.ops.aten.convolution_backward(
+        f.dy.reshape(1, B * C_out, *f.dy.shape[2:]), f.x.reshape(1, B * C_in, H, W), weight,
+        None, list(f.stride), list(f.padding), list(f.dilation), False, [0, 0],
+        B * f.groups, [False, True, False],
+    )[1]
+    return gw.reshape(B, *shape)
+
+
+def _conv_gemm_forms(f: ConvForm) -> list[Form]:
+    B = f.x.shape[0]
+    cols = _unfold(f.x, f.kernel, f.dilation, f.padding, f.stride)  # (B, L, C_in*k)
+    L = cols.shape[1]
+    c_out, groups = f.dy.shape[1], f.groups
+    if f.positions != L:
+        raise RuntimeError(f"conv unfold produced {L} positions, output has {f.dy.shape[2:]}")
+    D_all = f.dy.reshape(B, c_out, L).transpose(1, 2).contiguous()  # (B, L, C_out)
+    weight, bias = f.weight, f.bias
+    per_in = cols.shape[2] // groups
+    per_out = c_out // groups
+    forms: list[Form] = []
+    for g in range(groups):
+        A = cols if groups == 1 else cols[:, :, g * per_in:(g + 1) * per_in]  # (B, L, d)
+        D = D_all if groups == 1 else D_all[:, :, g * per_out:(g + 1) * per_out]  # (B, L, p)
+        rows = slice(g * per_out, (g + 1) * per_out)
+        own_bias = bias if groups == 1 and _trainable(bias) else None
+        forms.append(GemmForm(weight, A, D, own_bias, rows))
+    if groups > 1 and _trainable(bias):
+        forms.append(SampleForm({bias: D_all.sum(1)}))
+    return forms
+
+
 @LAYER_RULES.register(nn.Conv1d, nn.Conv2d)
 def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     nd = 1 if isinstance(module, nn.Conv1d) else 2
-    B = x.shape[0]
     x, padding = _conv_padded_input(module, x, nd)
     if nd == 1:
         x, dy = x.unsqueeze(2), dy.unsqueeze(2)
@@ -183,29 +299,11 @@ def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
         padding = (0, *padding)
     else:
         kernel, dilation, stride = module.kernel_size, module.dilation, module.stride
-    cols = _unfold(x, kernel, dilation, padding, stride)  # (B, L, C_in*k), contiguous
-    L = cols.shape[1]
-    c_out, groups = module.out_channels, module.groups
-    if dy.shape[-1] * dy.shape[-2] != L:
-        raise RuntimeError(f"conv unfold produced {L} positions, output has {dy.shape[2:]}")
-    D_all = dy.reshape(B, c_out, L).transpose(1, 2).contiguous()  # (B, L, C_out)
     weight, bias = module.weight, module.bias
-    per_in = cols.shape[2] // groups
-    per_out = c_out // groups
-    forms: list[Form] = []
     if not _trainable(weight):
-        return [SampleForm({bias: D_all.sum(1)})] if _trainable(bias) else []
-    for g in range(groups):
-        A = cols if groups == 1 else cols[:, :, g * per_in:(g + 1) * per_in]  # (B, L, d)
-        D = D_all if groups == 1 else D_all[:, :, g * per_out:(g + 1) * per_out]  # (B, L, p)
-        rows = slice(g * per_out, (g + 1) * per_out)
-        if groups == 1:
-            forms.append(GemmForm(weight, A, D, bias if _trainable(bias) else None, rows))
-        else:
-            forms.append(GemmForm(weight, A, D, None, rows))
-    if groups > 1 and _trainable(bias):
-        forms.append(SampleForm({bias: D_all.sum(1)}))
-    return forms
+        return [SampleForm({bias: dy.sum(tuple(range(2, dy.ndim)))})] if _trainable(bias) else []
+    return [ConvForm(weight, bias if _trainable(bias) else None, x, dy, tuple(kernel),
+                     tuple(dilation), tuple(padding), tuple(stride), module.groups)]
 
 
 def _unfold(

@@ -42,6 +42,42 @@ def test_ghost_norm_sq_matches_reference(shape: tuple[int, ...], dtype: torch.dt
     torch.testing.assert_close(got, ref, rtol=_tol(dtype, backend), atol=_tol(dtype, backend))
 
 
+@pytest.mark.parametrize("max_scratch", [1, 50, 1 << 20])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [*SHAPES, (5, 64, 48, 80)])
+def test_ghost_norm_sq_blas_matches_reference(shape: tuple[int, ...], dtype: torch.dtype,
+                                              max_scratch: int) -> None:
+    """Torch-BLAS Grams (input precision, chunked over samples) vs float64 instantiation;
+    max_scratch=1 and 50 force one sample per chunk and ragged chunks."""
+    B, S, d, p = shape
+    gen = torch.Generator().manual_seed(sum(shape) + 1)
+    A = torch.randn(B, S, d, generator=gen, dtype=dtype)
+    D = torch.randn(B, S, p, generator=gen, dtype=dtype)
+    G = torch.einsum("bsp,bsd->bpd", D.double(), A.double())
+    got = k.ghost_norm_sq_blas(A, D, max_scratch=max_scratch)
+    assert got.dtype == torch.float64 and got.shape == (B,)
+    torch.testing.assert_close(got, G.square().sum((1, 2)), rtol=TOL[dtype], atol=TOL[dtype])
+    # the cross term <D_i^T A_i, D2_i^T A2_i> with a different row count
+    A2 = torch.randn(B, 3, d, generator=gen, dtype=dtype)
+    D2 = torch.randn(B, 3, p, generator=gen, dtype=dtype)
+    G2 = torch.einsum("bsp,bsd->bpd", D2.double(), A2.double())
+    cross = k.ghost_norm_sq_blas(A, D, A2, D2, max_scratch=max_scratch)
+    torch.testing.assert_close(cross, (G * G2).sum((1, 2)), rtol=TOL[dtype] * 10,
+                               atol=TOL[dtype] * 10 * float(G.abs().max() * G2.abs().max()))
+
+
+def test_ghost_norm_sq_blas_rejects_bad_input() -> None:
+    A, D = torch.randn(2, 3, 4), torch.randn(2, 3, 5)
+    with pytest.raises(ValueError, match="A2 and D2"):
+        k.ghost_norm_sq_blas(A, D, A2=A)
+    with pytest.raises(ValueError, match="D must"):
+        k.ghost_norm_sq_blas(A, D.double())
+    with pytest.raises(ValueError, match="max_scratch"):
+        k.ghost_norm_sq_blas(A, D, max_scratch=0)
+    with pytest.raises(TypeError, match="A must"):
+        k.ghost_norm_sq_blas(A.int(), D)
+
+
 @pytest.mark.parametrize("backend", _backends())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("S2", [1, 5, 40])

@@ -294,3 +294,44 @@ def test_engine_on_cuda_matches_brute_force(name: str) -> None:
     model, x = model.cuda(), x.cuda()
     norms = per_sample_grad_norms(model, lambda m: m(x))
     torch.testing.assert_close(norms.cpu(), expected, rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("name", ["conv_model", "seq_model"])
+def test_accumulate_consume_releases_passes_and_keeps_the_sum(name: str) -> None:
+    """consume=True writes the same noisy sum and leaves the passes empty (their
+    activations and output gradients released layer by layer)."""
+    model, x = _prep(name, torch.float64)
+    w = torch.linspace(0.3, 1.0, B, dtype=torch.float64)
+    sums = []
+    for consume in (False, True):
+        with ClippingEngine(model) as engine:
+            with engine.record():
+                cp = engine.backward(model(x))
+            engine.accumulate([(cp, w)], noise_std=0.2, seed=9, offset=3, consume=consume)
+        sums.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+        assert all(not forms for _, forms in cp.forms) == consume
+    torch.testing.assert_close(sums[0], sums[1], rtol=1e-12, atol=1e-12)
+    G = _per_sample_grads(model, x)
+    from rml_fast.kernels.random import normal_reference
+
+    expected = w @ G + 0.2 * torch.from_numpy(normal_reference(G.shape[1], 9, 3)).double()
+    torch.testing.assert_close(sums[1], expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["ghost", "instantiate", "auto"])
+def test_norms_and_diff_norms_in_one_walk(mode: str) -> None:
+    model, x = _prep("conv_model", torch.float64)
+    prev = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in prev.parameters():
+            p.mul_(0.95)
+    with ClippingEngine(model, mode=mode) as e1, ClippingEngine(prev, mode=mode) as e2:
+        with e1.record():
+            cp = e1.backward(model(x))
+        with e2.record():
+            cp2 = e2.backward(prev(x))
+        norms, diffs = e1.norms_and_diff_norms(cp, cp2)
+        torch.testing.assert_close(norms, e1.norms(cp), rtol=1e-12, atol=0)
+        torch.testing.assert_close(diffs, e1.diff_norms(cp, cp2), rtol=1e-10, atol=0)
+    expected = (_per_sample_grads(model, x) - _per_sample_grads(prev, x)).norm(dim=1)
+    torch.testing.assert_close(diffs, expected, rtol=1e-9, atol=0)

@@ -237,12 +237,44 @@ def test_unsupported_layer_and_bad_hyperparameters_raise_before_training() -> No
     with pytest.raises(ValueError, match="sample_rate"):
         opt.privacy_spent(1e-5)
     X, y = np.random.default_rng(0).standard_normal((30, 2)), np.arange(30) % 3
-    with pytest.raises(ValueError, match="2 classes"):
-        DPC4Classifier().fit(X, y)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        DPC4Classifier().fit(X, np.zeros(30))
     with pytest.raises(ValueError, match="epsilon"):
         DPC4Classifier(epsilon=0.0).fit(X, y % 2)
     with pytest.raises(ValueError, match="batch_size"):
         DPC4Regressor(batch_size=100).fit(X, y.astype(float))
+
+
+@pytest.mark.parametrize(("dataset", "algorithm", "coef_rtol", "prob_atol"), [
+    ("iris", "dpc4", 0.15, 0.03), ("iris", "dpsgd", 0.06, 0.02), ("wine", "dpc4", 0.2, 0.06),
+])
+def test_multiclass_matches_sklearn_optimum_at_large_epsilon(
+    dataset: str, algorithm: str, coef_rtol: float, prob_atol: float
+) -> None:
+    """Softmax regression (3 classes): at a large epsilon (small noise, full batches, clip
+    above most per-sample norms) the private fit lands on scikit-learn's non-private
+    multinomial optimum of the same L2-regularised objective. A wrong residual, transpose
+    or class order gives coefficients far off (relative error ~ 1) and fails."""
+    from sklearn.datasets import load_iris, load_wine
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = (load_iris if dataset == "iris" else load_wine)(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    n, alpha = X.shape[0], 0.05
+    ref = LogisticRegression(C=1 / (alpha * n), tol=1e-12, max_iter=10_000).fit(X, y)
+    clf = DPC4Classifier(noise_multiplier=0.5, delta=1e-5, epochs=500, batch_size=n, lr=0.5,
+                         lr_decay_steps=100.0, alpha=alpha, anchor_clip=4.0,
+                         algorithm=algorithm, random_state=0).fit(X, y)
+    assert clf.coef_.shape == (3, X.shape[1]) and clf.intercept_.shape == (3,)
+    np.testing.assert_array_equal(clf.classes_, [0, 1, 2])
+    assert 100.0 < clf.epsilon_ < math.inf  # private, at a large epsilon
+    rel = np.linalg.norm(clf.coef_ - ref.coef_) / np.linalg.norm(ref.coef_)
+    assert rel < coef_rtol
+    P = clf.predict_proba(X)
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(P, ref.predict_proba(X), atol=prob_atol)
+    assert np.mean(clf.predict(X) == ref.predict(X)) >= 0.97
 
 
 def test_regressor_approaches_ridge_solution() -> None:
