@@ -77,6 +77,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         test_batches=args.test_batches,
         out=args.out or None,
         seed=args.seed,
+        num_threads=args.threads,
     )
     print(format_table(rows))
     if args.out:
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo_p.add_argument("--test-batches", type=int, default=8, help="held-out batches of 16 tasks")
     demo_p.add_argument("--seed", type=int, default=0)
+    demo_p.add_argument("--threads", type=int, default=None, help="torch threads while training")
     args, rest = parser.parse_known_args(argv)
 
     if args.command == "demo":

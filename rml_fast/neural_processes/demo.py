@@ -166,35 +166,62 @@ def _make_baseline(name: str) -> nn.Module:
     raise ValueError(f"baselines entries must be among {BASELINES}, got {name!r}")
 
 
+class _Stepper:
+    """One model's optimiser on its own stream of GP tasks; ``seconds`` accumulates its step times."""
+
+    def __init__(self, model: nn.Module, *, lr: float, batch_size: int, rng: Any, kernel: str):
+        self.model = model
+        self.gen = GPGenerator(kernel, batch_size=batch_size, rng=rng)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        self.steps, self.seconds = 0, 0.0
+
+    def step(self) -> None:
+        t0 = time.perf_counter()
+        self.model.train()
+        b = self.gen.sample()
+        self.opt.zero_grad()
+        nll_loss(self.model(b.xc, b.yc, b.xq), b.yq).backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
+        self.opt.step()
+        self.steps += 1
+        self.seconds += time.perf_counter() - t0
+
+
 def train_for(
-    model: nn.Module,
+    models: nn.Module | Sequence[nn.Module],
     seconds: float,
     *,
     lr: float = 2e-3,
     batch_size: int = 16,
     rng: Any = 1,
     kernel: str = "rbf",
-) -> int:
-    """Train ``model`` on fresh GP tasks with AdamW (grad-clip 0.5) for ``seconds`` of wall clock.
+) -> list[int]:
+    """Train each model on fresh GP tasks (AdamW, grad-clip 0.5) for ``seconds`` of its own time.
+
+    The models take turns step by step (round robin), each accumulating the wall-clock time of
+    its own steps until it has spent ``seconds``: on a shared machine, load changes then affect
+    all models alike, which makes the equal budget fair. Every model sees the same task stream
+    (``rng``) and does at least one step.
 
     Returns
     -------
-    steps : int
-        Optimiser steps done (at least one).
+    steps : list of int
+        Optimiser steps done per model.
     """
     seconds = float(check_scalar(seconds, "seconds", Interval("real", 0, None)))
-    gen = GPGenerator(kernel, batch_size=batch_size, rng=rng)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    model.train()
-    t0, steps = time.monotonic(), 0
-    while steps == 0 or time.monotonic() - t0 < seconds:
-        b = gen.sample()
-        opt.zero_grad()
-        nll_loss(model(b.xc, b.yc, b.xq), b.yq).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        opt.step()
-        steps += 1
-    return steps
+    if isinstance(models, nn.Module):
+        models = [models]
+    seed = int(check_scalar(rng, "rng", Interval("int", 0, None)))
+    steppers = [
+        _Stepper(m, lr=lr, batch_size=batch_size, rng=seed, kernel=kernel) for m in models
+    ]
+    while True:
+        active = [s for s in steppers if s.steps == 0 or s.seconds < seconds]
+        if not active:
+            break
+        for s in active:
+            s.step()
+    return [s.steps for s in steppers]
 
 
 @dataclass(frozen=True)
@@ -204,7 +231,6 @@ class DemoRow:
     model: str
     params: int
     steps: int
-    seconds: float
     loglik: float
     rmse: float
     oracle_loglik: float
@@ -252,8 +278,12 @@ def run_demo(
     test_batches: int = 8,
     out: str | None = None,
     seed: int = 0,
+    num_threads: int | None = None,
 ) -> list[DemoRow]:
     """Train SFConvCNP and ConvCNP baselines for ``budget`` seconds each; evaluate on GP-RBF.
+
+    The models train in turns (see :func:`train_for`), so the whole run takes about
+    ``budget * (1 + len(baselines))`` seconds plus evaluation.
 
     Parameters
     ----------
@@ -268,6 +298,10 @@ def run_demo(
         PNG path for predictive bands of three tasks per model (needs matplotlib).
     seed : int, default=0
         Seeds the model initialisation (``torch.manual_seed``) and the training tasks.
+    num_threads : int or None, default=None
+        torch intra-op threads while training (restored afterwards); None keeps the current
+        setting. ``1`` makes equal-time comparisons robust on an oversubscribed machine, where
+        a multi-threaded step waits for its slowest thread.
 
     Returns
     -------
@@ -299,24 +333,27 @@ def run_demo(
     }
     for name in baselines:
         models[name] = _make_baseline(name)
+    threads_before = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(int(check_scalar(num_threads, "num_threads", Interval("int", 1, None))))
+    try:
+        steps = train_for(list(models.values()), budget, rng=seed + 1)
+    finally:
+        torch.set_num_threads(threads_before)
     rows = []
-    for name, m in models.items():
-        t0 = time.monotonic()
-        steps = train_for(m, budget, rng=seed + 1)
-        secs = time.monotonic() - t0
+    for (name, m), n_steps in zip(models.items(), steps, strict=True):
         metrics = evaluate(m, test)
         rows.append(
             DemoRow(
                 model=name,
                 params=sum(p.numel() for p in m.parameters()),
-                steps=steps,
-                seconds=secs,
+                steps=n_steps,
                 loglik=metrics["loglik"],
                 rmse=metrics["rmse"],
                 oracle_loglik=oracle,
             )
         )
-        log.info("%s: %d steps in %.1f s, test loglik %.3f", name, steps, secs, metrics["loglik"])
+        log.info("%s: %d steps, test loglik %.3f", name, n_steps, metrics["loglik"])
     if out:
         _plot(models, out)
     return rows

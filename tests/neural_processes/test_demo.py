@@ -10,7 +10,12 @@ import torch
 
 from rml_fast.cli import main
 from rml_fast.neural_processes.data import GPGenerator, batch_oracle_loglik
-from rml_fast.neural_processes.demo import GridConvCNP, NeuralProcessesConvCNP, run_demo
+from rml_fast.neural_processes.demo import (
+    GridConvCNP,
+    NeuralProcessesConvCNP,
+    format_table,
+    run_demo,
+)
 
 
 def test_cli_demo_np_tiny_budget(tmp_path, capsys) -> None:
@@ -72,3 +77,33 @@ def test_neuralprocesses_wrapper_matches_package_loglik() -> None:
         warnings.simplefilter("ignore")
         theirs = nps.loglik(m.model, t(b.xc), t(b.yc), t(b.xq), t(b.yq), normalise=True)
     np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_sfconvcnp_vs_convcnp_equal_budget_near_gp_oracle() -> None:
+    """SFConvCNP (C=32, L=2) and a ConvCNP trained for the same 60 s of wall clock each on GP-RBF
+    tasks (AdamW lr 2e-3, batch 16; one torch thread, and the models take turns step by step, so
+    load changes on a shared machine hit both alike), evaluated on 128 held-out tasks with 128
+    targets. The baseline is the ``neuralprocesses`` package's ConvCNP (UNet, 32 points per
+    unit) where it is installed, else the in-repo grid ConvCNP.
+
+    Stated margins: the SFConvCNP's mean per-point log-likelihood is within 0.6 nats of the exact
+    GP oracle (an untrained model is ~1.9 nats below it), does not exceed the oracle by more
+    than the test set's sampling noise (0.05), and is not worse than the ConvCNP's by more than
+    0.1 nats. Measured on the shared 2-core dev machine (load 6-8), oracle 0.257: SFConvCNP
+    -0.061 / -0.114 / -0.091 against the neuralprocesses ConvCNP 0.009 / -0.074 (about 900-1450
+    steps each) -- at this budget the two are within 0.03-0.07 nats, the ConvCNP slightly
+    ahead; the in-repo grid ConvCNP is far behind (-0.89 with two threads)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import neuralprocesses  # noqa: F401
+        baseline = "convcnp-neuralprocesses"
+    except ImportError:
+        baseline = "convcnp-grid"
+    rows = run_demo(60.0, baselines=[baseline], test_batches=8, num_threads=1)
+    print(format_table(rows))
+    sf, conv = rows
+    assert sf.model == "SFConvCNP" and conv.model == baseline
+    assert sf.oracle_loglik - 0.6 < sf.loglik < sf.oracle_loglik + 0.05
+    assert sf.loglik > conv.loglik - 0.1
