@@ -323,6 +323,14 @@ def run_demo(
     for name in baselines:
         if name not in BASELINES:
             raise ValueError(f"baselines entries must be among {BASELINES}, got {name!r}")
+    if out:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as e:  # fail before training, not after
+            raise ImportError(
+                "plotting the demo needs matplotlib (pip install 'rml_fast[bench]'); "
+                "or pass out=None (--out '')"
+            ) from e
     test: list[Batch] = GPGenerator("rbf", batch_size=16, num_target=128, rng=2026).batches(
         test_batches
     )
