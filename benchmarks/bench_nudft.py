@@ -3,7 +3,9 @@ same layer on other transforms.
 
 Providers (all compute the same SFConv layer, float32, 2-D inputs via the same grid):
 
-* ours: ``SetFourierConv(backend="native")`` (C++ direct sums, no ``(B, N, F)`` phases);
+* ours: ``SetFourierConv(backend="auto")``: C++ direct sums (no ``(B, N, F)`` phases), or the
+  C++/FFT NUFFT path where its cost model predicts a win (from ~2000 points per set); in those
+  cases also against our own direct sums (``backend="native"``) to show what the NUFFT buys;
 * einsum: ``backend="reference"``, the reference code's strategy (materialised phases);
 * pytorch-finufft: the transforms by ``pytorch_finufft.functional.finufft_type1/2``
   (exact to 1e-6, points batched by a Python loop), if installed;
@@ -209,7 +211,7 @@ def _attention_step(case: dict[str, Any], xc, xq, z):
 
 def _body(suite: Suite, case: dict[str, Any]) -> None:
     xc, xq, z = _inputs(case)
-    ours = _layer(case, "native")
+    ours = _layer(case, "auto")
     ours_step = _step(ours, xc, xq, z)
     if case.get("kind") == "scaling":
         suite.compare(
@@ -221,6 +223,11 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
         return
     ref = _layer(case, "reference")
     suite.compare(case, ours_step, _step(ref, xc, xq, z), peer_name="einsum (materialised phases)")
+    if case.get("direct_too"):
+        direct = _layer(case, "native")
+        suite.compare(
+            case, ours_step, _step(direct, xc, xq, z), peer_name="ours, direct sums (native)"
+        )
     peers = case.get("peers", "all")
     if peers != "none":
         for mod, name, plan_cls in (
@@ -241,8 +248,9 @@ def cases(quick: bool = False) -> list[dict[str, Any]]:
     if quick:  # smallest size; pytorch-finufft (a Python loop over the batch) only in full runs
         return [dict(one, B=16, N=50, M=128, C=128, peers="fast")]
     out = [dict(one, N=n, M=128, C=128) for n in (50, 500)]
-    out += [dict(one, N=5000, M=128, C=128, peers="fast")]
-    out += [dict(one, N=n, M=1000, C=128, peers="fast") for n in (500, 5000)]
+    out += [dict(one, N=5000, M=128, C=128, peers="fast", direct_too=True)]
+    out += [dict(one, N=500, M=1000, C=128, peers="fast")]
+    out += [dict(one, N=5000, M=1000, C=128, peers="fast", direct_too=True)]
     out.append(dict(one, N=500, M=128, C=288, peers="fast"))
     two = dict(kind="layer", d=2, B=16, G=128, M=1024, C=256)
     out += [dict(two, N=256), dict(two, N=1024, peers="none")]

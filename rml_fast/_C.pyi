@@ -210,6 +210,27 @@ class nudft:  # submodule rml_fast._C.nudft
         sign: int,
         y: npt.NDArray[np.floating[Any]],
     ) -> None: ...
+    @staticmethod
+    def spread(
+        x: npt.NDArray[np.floating[Any]],
+        v: npt.NDArray[np.floating[Any]],
+        nf: list[int],
+        dxi: list[float],
+        w: int,
+        beta: float,
+        ones: bool,
+        g: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
+    @staticmethod
+    def interp(
+        x: npt.NDArray[np.floating[Any]],
+        g: npt.NDArray[np.floating[Any]],
+        nf: list[int],
+        dxi: list[float],
+        w: int,
+        beta: float,
+        y: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
 
 class circuits:  # submodule rml_fast._C.circuits
     @staticmethod

@@ -1,4 +1,4 @@
-"""The ``rml-fast`` command: ``info`` and ``bench``."""
+"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -67,6 +67,24 @@ def _print_info(info: dict[str, Any]) -> None:
     print("\n".join(lines))
 
 
+def _run_demo(args: argparse.Namespace) -> int:
+    from rml_fast.neural_processes.demo import format_table, run_demo
+
+    baselines = None if args.baselines is None else [b for b in args.baselines.split(",") if b]
+    rows = run_demo(
+        args.budget,
+        baselines=baselines,
+        test_batches=args.test_batches,
+        out=args.out or None,
+        seed=args.seed,
+        num_threads=args.threads,
+    )
+    print(format_table(rows))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rml-fast", description="rml_fast command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,7 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="run benchmark suites against their peers", add_help=False
     )
     bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
+    demo_p = sub.add_parser("demo", help="run a method's demo (np: SFConvCNP vs ConvCNP on GP)")
+    demo_p.add_argument("name", choices=["np"], help="which demo")
+    demo_p.add_argument("--budget", type=float, default=120.0, help="training seconds per model")
+    demo_p.add_argument("--out", default="np_demo.png", help="PNG of predictive bands ('' to skip)")
+    demo_p.add_argument(
+        "--baselines",
+        default=None,
+        help="comma-separated among convcnp-grid, convcnp-neuralprocesses "
+        "(default: both where neuralprocesses is installed)",
+    )
+    demo_p.add_argument("--test-batches", type=int, default=8, help="held-out batches of 16 tasks")
+    demo_p.add_argument("--seed", type=int, default=0)
+    demo_p.add_argument("--threads", type=int, default=None, help="torch threads while training")
     args, rest = parser.parse_known_args(argv)
+
+    if args.command == "demo":
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return _run_demo(args)
 
     if args.command == "info":
         if rest:

@@ -109,6 +109,58 @@ void type2_impl(const py::array& x, const py::array& re, const py::array& im, co
   rml::nudft::type2<T>(xp, rp, ip, wp, B, M, O, g, sign, yp);
 }
 
+rml::nudft::FineGrid make_fine_grid(const std::vector<std::int64_t>& nf,
+                                    const std::vector<double>& dxi, int w, double beta) {
+  if (nf.empty() || nf.size() > 2 || nf.size() != dxi.size()) {
+    throw py::value_error("nf and dxi must have the same length, 1 or 2");
+  }
+  if (w < 2 || w > 32) throw py::value_error("w must be in [2, 32], got " + std::to_string(w));
+  if (!(beta > 0.0)) throw py::value_error("beta must be > 0");
+  rml::nudft::FineGrid fg{};
+  fg.dim = static_cast<int>(nf.size());
+  fg.nf[1] = 1;
+  fg.dxi[1] = 1.0;
+  for (int i = 0; i < fg.dim; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    if (nf[k] < 2 * w) throw py::value_error("nf must be >= 2 w on every axis");
+    if (!(dxi[k] > 0.0)) throw py::value_error("dxi must be > 0");
+    fg.nf[i] = nf[k];
+    fg.dxi[i] = dxi[k];
+  }
+  fg.w = w;
+  fg.beta = beta;
+  return fg;
+}
+
+std::vector<py::ssize_t> grid_shape(py::ssize_t B, const rml::nudft::FineGrid& fg, py::ssize_t C) {
+  if (fg.dim == 1) return {B, static_cast<py::ssize_t>(fg.nf[0]), C};
+  return {B, static_cast<py::ssize_t>(fg.nf[0]), static_cast<py::ssize_t>(fg.nf[1]), C};
+}
+
+template <typename T>
+void spread_impl(const py::array& x, const py::array& v, const rml::nudft::FineGrid& fg,
+                 bool ones, py::array& g) {
+  if (x.ndim() != 3 || v.ndim() != 3) throw py::value_error("x and v must be 3-D");
+  const py::ssize_t B = x.shape(0), N = x.shape(1), C = v.shape(2);
+  const T* xp = in_view<T>(x, "x", {B, N, fg.dim});
+  const T* vp = in_view<T>(v, "v", {B, N, C});
+  T* gp = out_view<T>(g, "g", grid_shape(B, fg, C + (ones ? 1 : 0)));
+  py::gil_scoped_release release;
+  rml::nudft::spread<T>(xp, vp, B, N, C, ones, fg, gp);
+}
+
+template <typename T>
+void interp_impl(const py::array& x, const py::array& g, const rml::nudft::FineGrid& fg,
+                 py::array& y) {
+  if (x.ndim() != 3 || g.ndim() != fg.dim + 2) throw py::value_error("x must be 3-D, g (B, *nf, O)");
+  const py::ssize_t B = x.shape(0), M = x.shape(1), O = g.shape(g.ndim() - 1);
+  const T* xp = in_view<T>(x, "x", {B, M, fg.dim});
+  const T* gp = in_view<T>(g, "g", grid_shape(B, fg, O));
+  T* yp = out_view<T>(y, "y", {B, M, O});
+  py::gil_scoped_release release;
+  rml::nudft::interp<T>(xp, gp, B, M, O, fg, yp);
+}
+
 bool is_f64(const py::array& a) { return a.dtype().is(py::dtype::of<double>()); }
 
 }  // namespace
@@ -145,4 +197,32 @@ void register_nudft(py::module_ m) {
       },
       "x"_a, "re"_a, "im"_a, "w"_a, "K"_a, "dxi"_a, "sign"_a, "y"_a,
       "y[b,m,o] = sum_f w[f] Re((re+i*im)[b,f,o] exp(sign*i*2pi*xi_f.x[b,m])) into y [B,M,O].");
+  m.def(
+      "spread",
+      [](const py::array& x, const py::array& v, const std::vector<std::int64_t>& nf,
+         const std::vector<double>& dxi, int w, double beta, bool ones, py::array g) {
+        const auto fg = make_fine_grid(nf, dxi, w, beta);
+        if (is_f64(x)) {
+          spread_impl<double>(x, v, fg, ones, g);
+        } else {
+          spread_impl<float>(x, v, fg, ones, g);
+        }
+      },
+      "x"_a, "v"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "ones"_a, "g"_a,
+      "NUFFT spreading: g[b,j,c] = sum_n v[b,n,c] phi(j - frac(dxi x[b,n]) nf) on the periodic "
+      "fine grid g [B,*nf,C(+1)] (exponential-of-semicircle kernel of width w, shape beta); "
+      "ones=True adds a last channel spreading the value 1 (density).");
+  m.def(
+      "interp",
+      [](const py::array& x, const py::array& g, const std::vector<std::int64_t>& nf,
+         const std::vector<double>& dxi, int w, double beta, py::array y) {
+        const auto fg = make_fine_grid(nf, dxi, w, beta);
+        if (is_f64(x)) {
+          interp_impl<double>(x, g, fg, y);
+        } else {
+          interp_impl<float>(x, g, fg, y);
+        }
+      },
+      "x"_a, "g"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "y"_a,
+      "NUFFT interpolation (adjoint of spread): y[b,m,o] = sum_j phi(j - u(x[b,m])) g[b,j,o].");
 }

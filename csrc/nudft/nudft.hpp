@@ -36,4 +36,30 @@ template <typename T>
 void type2(const T* x, const T* re, const T* im, const T* w, std::int64_t B, std::int64_t M,
            std::int64_t O, const Grid& grid, int sign, T* y);
 
+// --- NUFFT building blocks (spreading / interpolation with the exponential-of-semicircle kernel) --
+//
+// A point x maps to the fine-grid coordinate u_i = frac(dxi_i x_i) * nf_i in [0, nf_i) per axis;
+// the kernel phi(z) = exp(beta (sqrt(1 - (2z/w)^2) - 1)) for |z| < w/2 is evaluated at the w
+// grid nodes j nearest u (z = j - u), indices taken modulo nf (periodic grid).
+
+struct FineGrid {
+  int dim;             // 1 or 2
+  std::int64_t nf[2];  // fine-grid sizes (nf[1] unused in 1-D)
+  double dxi[2];       // frequency spacings (phase per unit of x, in cycles)
+  int w;               // kernel width in grid nodes (<= 32)
+  double beta;         // kernel shape
+};
+
+// Spreading: g[b, j0(, j1), c] = sum_n v[b, n, c] * phi(j0 - u0(x_bn)) (* phi(j1 - u1(x_bn))),
+// g of shape [B, nf0(, nf1), C + ones] (overwritten); with ones, channel C spreads the value 1
+// (the density channel) without a copy of v.
+template <typename T>
+void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C, bool ones,
+            const FineGrid& fg, T* g);
+
+// Interpolation (the adjoint of spreading): y[b, m, o] = sum_j phi(j - u(x_bm)) g[b, j, o].
+template <typename T>
+void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t O,
+            const FineGrid& fg, T* y);
+
 }  // namespace rml::nudft

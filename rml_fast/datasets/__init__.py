@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rml_fast.datasets.series import load_lynx
 from rml_fast.datasets.tabular import BINARIZED_DATASETS, load_binarized
 
-__all__ = ["BINARIZED_DATASETS", "load_binarized"]
+__all__ = ["BINARIZED_DATASETS", "load_binarized", "load_lynx"]

@@ -272,7 +272,23 @@ def _triton_type2(x, re, im, w, grid, sign):
     return tri.type2(x.detach(), re.detach(), im.detach(), w.detach().to(x.dtype), grid, sign)
 
 
-_RAW = {"native": (_native_type1, _native_type2), "triton": (_triton_type1, _triton_type2)}
+def _nufft_type1(x, v, grid, sign, density):
+    from rml_fast.kernels._nufft import nufft_type1
+
+    return nufft_type1(x, v, grid, sign, density)
+
+
+def _nufft_type2(x, re, im, w, grid, sign):
+    from rml_fast.kernels._nufft import nufft_type2
+
+    return nufft_type2(x, re, im, w, grid, sign)
+
+
+_RAW = {
+    "native": (_native_type1, _native_type2),
+    "triton": (_triton_type1, _triton_type2),
+    "nufft": (_nufft_type1, _nufft_type2),
+}
 
 
 # --- autograd functions --------------------------------------------------------------------
@@ -416,11 +432,39 @@ def _type2_triton(x, re, im, w, grid, sign, *, device: Device):
 
 
 def _check_backend(backend: Any) -> str:
-    if backend not in ("auto", "native", "triton", "reference"):
+    if backend not in ("auto", "native", "nufft", "triton", "reference"):
         raise ValueError(
-            f"backend must be 'auto', 'native', 'triton' or 'reference', got {backend!r}"
+            "backend must be 'auto', 'native', 'nufft', 'triton' or 'reference', "
+            f"got {backend!r}"
         )
     return backend
+
+
+def _use_nufft(x: torch.Tensor, backend: str, grid: FrequencyGrid, points: int, chans: int) -> bool:
+    """"nufft" forces the CPU NUFFT path; "auto" takes it for CPU tensors where its cost model
+    predicts a win over the direct sums (large ``points * F``)."""
+    if backend == "nufft":
+        if x.device.type != "cpu":
+            raise ValueError(f"backend='nufft' runs on CPU tensors, got {x.device}")
+        return True
+    if backend != "auto" or x.device.type != "cpu":
+        return False
+    from rml_fast.kernels._nufft import prefer_nufft
+
+    return prefer_nufft(grid, points, chans, x.dtype)
+
+
+def _dispatch1(x, v, grid, sign, density, *, device: Device, backend: str):
+    if _use_nufft(x, backend, grid, x.shape[1], v.shape[-1] + int(density)):
+        out = _Type1.apply(x, v, grid, sign, density, "nufft")
+        return (*out, None, None) if not density else out
+    return _type1(x, v, grid, sign, density, device=device, backend=backend)
+
+
+def _dispatch2(x, re, im, w, grid, sign, *, device: Device, backend: str):
+    if _use_nufft(x, backend, grid, x.shape[1], re.shape[-1]):
+        return _Type2.apply(x, re, im, w, grid, sign, "nufft")
+    return _type2(x, re, im, w, grid, sign, device=device, backend=backend)
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -456,9 +500,12 @@ def nudft_type1(
         Also return the density channel ``Dhat``.
     sign : {-1, 1}, default=-1
         Sign of the exponent.
-    backend : {"auto", "native", "triton", "reference"}, default="auto"
-        "auto": C++ for CPU tensors, Triton for CUDA tensors. "reference" materialises the
-        ``(B, N, F)`` phases (einsum).
+    backend : {"auto", "native", "nufft", "triton", "reference"}, default="auto"
+        "auto": Triton for CUDA tensors; for CPU tensors the C++ direct sums ("native") or,
+        where its cost model predicts a win (large ``N * F``), the C++/FFT NUFFT path
+        ("nufft": spreading with an exponential-of-semicircle kernel, FFT, deconvolution;
+        about 1e-6 relative error in float32, 1e-14 in float64). "reference" materialises
+        the ``(B, N, F)`` phases (einsum).
 
     Returns
     -------
@@ -502,11 +549,11 @@ def nudft_type1(
     backend = _check_backend(backend)
     dev = device_of(x)
     if v.is_complex():
-        rr, ri, dre, dim = _type1(x, v.real, grid, sign, density, device=dev, backend=backend)
-        ir, ii, _, _ = _type1(x, v.imag, grid, sign, False, device=dev, backend=backend)
+        rr, ri, dre, dim = _dispatch1(x, v.real, grid, sign, density, device=dev, backend=backend)
+        ir, ii, _, _ = _dispatch1(x, v.imag, grid, sign, False, device=dev, backend=backend)
         Z = torch.complex(rr - ii, ri + ir)
     else:
-        re, im, dre, dim = _type1(x, v, grid, sign, density, device=dev, backend=backend)
+        re, im, dre, dim = _dispatch1(x, v, grid, sign, density, device=dev, backend=backend)
         Z = torch.complex(re, im)
     D = torch.complex(dre, dim) if density else None
     return Z, D
@@ -535,7 +582,7 @@ def nudft_type2(
     weights : torch.Tensor of shape (F,)
         Real weights ``w_f`` (not differentiated).
     sign : {-1, 1}, default=1
-    backend : {"auto", "native", "triton", "reference"}, default="auto"
+    backend : {"auto", "native", "nufft", "triton", "reference"}, default="auto"
 
     Returns
     -------
@@ -565,7 +612,7 @@ def nudft_type2(
     re = coeffs.real if coeffs.is_complex() else coeffs
     im = coeffs.imag if coeffs.is_complex() else torch.zeros_like(coeffs)
     w = weights.detach().to(dtype=x.dtype, device=x.device)
-    return _type2(x, re, im, w, grid, sign, device=device_of(x), backend=backend)
+    return _dispatch2(x, re, im, w, grid, sign, device=device_of(x), backend=backend)
 
 
 def nudft_type2_hermitian(
@@ -586,7 +633,7 @@ def nudft_type2_hermitian(
     yhat : torch.Tensor of shape (B, F, O), complex64 or complex128
     x : torch.Tensor of shape (B, M, d), float32 or float64
     grid : FrequencyGrid
-    backend : {"auto", "native", "triton", "reference"}, default="auto"
+    backend : {"auto", "native", "nufft", "triton", "reference"}, default="auto"
 
     Returns
     -------
@@ -656,7 +703,7 @@ class NUDFTPlan:
     grid : FrequencyGrid
     x_kv : torch.Tensor of shape (B, N, d)
     x_q : torch.Tensor of shape (B, M, d), optional
-    backend : {"auto", "native", "triton", "reference"}, default="auto"
+    backend : {"auto", "native", "nufft", "triton", "reference"}, default="auto"
     """
 
     def __init__(
@@ -703,7 +750,7 @@ class NUDFTPlan:
         if v.shape[:2] != self.x_kv.shape[:2]:
             raise ValueError(f"v must have shape (B, N, C) matching x_kv, got {tuple(v.shape)}")
         if self.backend != "reference":
-            return _type1(
+            return _dispatch1(
                 self.x_kv,
                 v,
                 self.grid,
@@ -725,7 +772,7 @@ class NUDFTPlan:
         x = self.x_kv if at == "kv" or self.x_q is None else self.x_q
         if self.backend != "reference":
             w = self._w2
-            return _type2(x, re, im, w, self.grid, 1, device=device_of(x), backend=self.backend)
+            return _dispatch2(x, re, im, w, self.grid, 1, device=device_of(x), backend=self.backend)
         c, s = self._phases(x)
         w = self._w2
         return torch.einsum("bmf,bfo->bmo", c * w, re) - torch.einsum("bmf,bfo->bmo", s * w, im)

@@ -4,7 +4,8 @@ Synthetic 1-D generators follow the reference code of SFConvCNP (arXiv 2606.0117
 ``x ~ U[-3, 3]`` for context and targets, ``N_c ~ U{5..50}``, ``N_t ~ U{5..50}`` (held-out
 sets use ``N_t = 128``); GP tasks with output scale 1, noise std 0.1 and
 ``log10 ell ~ U[-0.602, 0]``; sawtooth and square waves; Lotka-Volterra predator-prey series.
-``DigitsCompletion`` turns scikit-learn's bundled 8x8 digits into 2-D image-completion tasks.
+``DigitsCompletion`` turns scikit-learn's bundled 8x8 digits into 2-D image-completion tasks;
+``SeriesTasks`` cuts context/target tasks from one real series (``SeriesTasks.lynx()``).
 
 Every generator takes ``rng`` (Generator, int or None) and returns :class:`Batch` objects of
 torch tensors; within a batch all tasks share ``N_c`` and ``N_t``.
@@ -29,6 +30,7 @@ __all__ = [
     "GPGenerator",
     "LotkaVolterraGenerator",
     "SawtoothGenerator",
+    "SeriesTasks",
     "SquareWaveGenerator",
     "TaskGenerator",
     "batch_oracle_loglik",
@@ -448,6 +450,115 @@ class LotkaVolterraGenerator(TaskGenerator):
         idx = np.clip(np.rint(x[..., 0] * 10 / self.dt).astype(int), 0, t.shape[0] - 1)
         y = np.take_along_axis(pop, idx[..., None].repeat(2, -1), axis=1) * 0.01
         return y, {}
+
+
+# --- a real series ---------------------------------------------------------------------------------
+
+
+class SeriesTasks(TaskGenerator):
+    """Context/target tasks cut from one observed series ``(t_i, y_i)``, e.g. the lynx counts.
+
+    Times map affinely from ``[t_min, t_max]`` onto ``x_range``; values are optionally
+    ``log10``-transformed, then standardised to zero mean and unit variance over the series
+    (``y_mean``, ``y_std`` keep the constants). A task takes a window of ``window`` consecutive
+    observations (random start) and splits it:
+
+    * ``split="random"``: ``N_c`` random points are the context, ``N_t`` random others the targets
+      (interpolation);
+    * ``split="forecast"``: the first ``N_c`` points of a window of ``N_c + N_t`` points are the
+      context, the next ``N_t`` the targets (extrapolation forward in time).
+
+    ``info["index_c"]``, ``info["index_q"]`` (B, N) give the positions in the series.
+
+    Parameters
+    ----------
+    t : array-like of shape (n,)
+        Strictly increasing times.
+    y : array-like of shape (n,)
+        Observations (positive when ``transform="log10"``).
+    transform : {"none", "log10"}, default="none"
+    split : {"random", "forecast"}, default="random"
+    window : int or None, default=None
+        Window length for ``split="random"`` (None: the whole series).
+    num_context : int or (int, int), default=(5, 40)
+    num_target : int or (int, int), default=(5, 40)
+    batch_size, x_range, dtype, rng
+        As :class:`TaskGenerator`.
+
+    Examples
+    --------
+    >>> gen = SeriesTasks.lynx(batch_size=2, num_context=20, num_target=10, rng=0)
+    >>> b = gen.sample()
+    >>> b.xc.shape, b.yq.shape
+    (torch.Size([2, 20, 1]), torch.Size([2, 10, 1]))
+    """
+
+    def __init__(
+        self,
+        t: Any,
+        y: Any,
+        *,
+        transform: str = "none",
+        split: str = "random",
+        window: int | None = None,
+        num_context: Any = (5, 40),
+        num_target: Any = (5, 40),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(num_context=num_context, num_target=num_target, **kwargs)
+        t = check_array(t, "t", ndim=1)
+        y = check_array(y, "y", ndim=1)
+        if t.shape != y.shape or t.shape[0] < 2:
+            raise ValueError(f"t and y must have the same length >= 2, got {t.shape}, {y.shape}")
+        if not np.all(np.diff(t) > 0):
+            raise ValueError("t must be strictly increasing")
+        if transform not in ("none", "log10"):
+            raise ValueError(f"transform must be 'none' or 'log10', got {transform!r}")
+        if split not in ("random", "forecast"):
+            raise ValueError(f"split must be 'random' or 'forecast', got {split!r}")
+        if transform == "log10":
+            if np.any(y <= 0):
+                raise ValueError("y must be positive for transform='log10'")
+            y = np.log10(y)
+        n = t.shape[0]
+        self.window = n if window is None else int(check_scalar(window, "window", Interval("int", 2, n)))
+        need = self.num_context[1] + self.num_target[1]
+        if need > (self.window if split == "random" else n):
+            raise ValueError(
+                f"num_context + num_target (up to {need}) exceed the "
+                f"{'window' if split == 'random' else 'series'} length"
+            )
+        lo, hi = self.x_range
+        self.x = lo + (t - t[0]) * (hi - lo) / (t[-1] - t[0])
+        self.y_mean, self.y_std = float(y.mean()), float(y.std())
+        self.y = (y - self.y_mean) / self.y_std
+        self.split = split
+
+    @classmethod
+    def lynx(cls, **kwargs: Any) -> SeriesTasks:
+        """Tasks from the annual Canadian lynx trappings 1821-1934
+        (:func:`rml_fast.datasets.load_lynx`), ``log10``-transformed by default."""
+        from rml_fast.datasets import load_lynx
+
+        years, counts = load_lynx()
+        kwargs.setdefault("transform", "log10")
+        return cls(years.astype(np.float64), counts, **kwargs)
+
+    def sample(self) -> Batch:
+        B, n, rng = self.batch_size, self.x.shape[0], self.rng
+        nc = int(rng.integers(self.num_context[0], self.num_context[1], endpoint=True))
+        nt = int(rng.integers(self.num_target[0], self.num_target[1], endpoint=True))
+        width = self.window if self.split == "random" else nc + nt
+        start = rng.integers(0, n - width, size=B, endpoint=True)
+        if self.split == "random":
+            pick = np.argsort(rng.random((B, width)), axis=1)[:, : nc + nt]
+        else:
+            pick = np.tile(np.arange(nc + nt), (B, 1))
+        idx = start[:, None] + pick
+        ic, iq = idx[:, :nc], idx[:, nc:]
+        t = lambda a: torch.as_tensor(a[..., None], dtype=self.dtype)  # noqa: E731
+        info = dict(index_c=ic, index_q=iq)
+        return Batch(t(self.x[ic]), t(self.y[ic]), t(self.x[iq]), t(self.y[iq]), info)
 
 
 # --- images ----------------------------------------------------------------------------------------

@@ -113,8 +113,10 @@ class SetFourierConv(nn.Module):
     density_feature_pairing : {"blocked", "interleaved"}, default="blocked"
         Channel layout of the embedding; "interleaved" gives every group matched
         density/feature pairs (needs ``2 C / G`` even).
-    backend : {"auto", "native", "triton", "reference"}, default="auto"
-        Transform backend; "reference" materialises the phases (einsum).
+    backend : {"auto", "native", "nufft", "triton", "reference"}, default="auto"
+        Transform backend (see :func:`rml_fast.kernels.nudft.nudft_type1`): "native" the C++
+        direct sums, "nufft" the C++/FFT non-uniform FFT (CPU), "auto" picks per transform;
+        "reference" materialises the phases (einsum).
 
     Shapes
     ------
@@ -167,9 +169,10 @@ class SetFourierConv(nn.Module):
             raise ValueError(
                 "density_feature_pairing='interleaved' needs 2*in_channels/groups to be even"
             )
-        if backend not in ("auto", "native", "triton", "reference"):
+        if backend not in ("auto", "native", "nufft", "triton", "reference"):
             raise ValueError(
-                f"backend must be 'auto', 'native', 'triton' or 'reference', got {backend!r}"
+                "backend must be 'auto', 'native', 'nufft', 'triton' or 'reference', "
+                f"got {backend!r}"
             )
         self.grid = FrequencyGrid(spatial_dim, max_freq, freq_resolution)
         self.in_channels, self.out_channels, self.groups = C, O, G

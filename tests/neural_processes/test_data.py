@@ -155,3 +155,54 @@ def test_bad_generator_arguments() -> None:
         gp_oracle_loglik(
             np.zeros((1, 1)), np.zeros(1), np.zeros((1, 1)), np.zeros(1), "rbf", 1.0, 0.0
         )
+
+
+# --- real series ------------------------------------------------------------------------------
+
+
+def test_series_tasks_lynx_random_split() -> None:
+    from rml_fast.datasets import load_lynx
+    from rml_fast.neural_processes.data import SeriesTasks
+
+    years, counts = load_lynx()
+    gen = SeriesTasks.lynx(batch_size=4, num_context=(10, 30), num_target=20, rng=0)
+    logc = np.log10(counts)
+    assert gen.y_mean == pytest.approx(logc.mean()) and gen.y_std == pytest.approx(logc.std())
+    for _ in range(3):
+        b = gen.sample()
+        nc = b.xc.shape[1]
+        assert 10 <= nc <= 30 and b.xq.shape[1] == 20
+        ic, iq = b.info["index_c"], b.info["index_q"]
+        for k in range(4):
+            assert not set(ic[k]) & set(iq[k])  # context and targets disjoint
+        # values are the standardised log10 counts at affinely mapped years
+        np.testing.assert_allclose(b.yc[..., 0].numpy(), (logc[ic] - gen.y_mean) / gen.y_std, rtol=1e-6)
+        np.testing.assert_allclose(b.xq[..., 0].numpy(), -3 + (years[iq] - 1821) * 6 / 113, rtol=1e-6)
+    assert float(b.xc.min()) >= -3 and float(b.xc.max()) <= 3
+
+
+def test_series_tasks_forecast_split_is_contiguous_and_ordered() -> None:
+    from rml_fast.neural_processes.data import SeriesTasks
+
+    gen = SeriesTasks.lynx(batch_size=3, split="forecast", num_context=15, num_target=5, rng=1)
+    b = gen.sample()
+    ic, iq = b.info["index_c"], b.info["index_q"]
+    full = np.concatenate([ic, iq], axis=1)
+    assert np.all(np.diff(full, axis=1) == 1)  # consecutive years, targets after the context
+    assert np.all(full[:, -1] < 114)
+
+
+def test_series_tasks_validation() -> None:
+    from rml_fast.neural_processes.data import SeriesTasks
+
+    t, y = np.arange(10.0), np.arange(1.0, 11.0)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        SeriesTasks(t[::-1], y, num_context=2, num_target=2)
+    with pytest.raises(ValueError, match="positive"):
+        SeriesTasks(t, y - 5, transform="log10", num_context=2, num_target=2)
+    with pytest.raises(ValueError, match="exceed"):
+        SeriesTasks(t, y, num_context=8, num_target=5)
+    with pytest.raises(ValueError, match="split"):
+        SeriesTasks(t, y, split="future", num_context=2, num_target=2)
+    with pytest.raises(ValueError, match="same length"):
+        SeriesTasks(t, y[:5], num_context=2, num_target=2)

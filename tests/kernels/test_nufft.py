@@ -1,0 +1,143 @@
+"""The NUFFT path of the nudft family (spreading + FFT + deconvolution) against the float64
+einsum reference, its exact adjointness, gradients, and the automatic choice of path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rml_fast.kernels._nufft import nufft_type1, nufft_type2, prefer_nufft, setup_for
+from rml_fast.kernels.nudft import (
+    FrequencyGrid,
+    nudft_type1,
+    nudft_type1_reference,
+    nudft_type2,
+    nudft_type2_hermitian,
+    nudft_type2_reference,
+)
+from rml_fast.neural_processes.sfconv import SetFourierConv
+
+GRIDS = {
+    "1d": lambda: FrequencyGrid(1, 4.9, 0.1),
+    "2d": lambda: FrequencyGrid(2, (1.2, 1.6), (0.3, 0.2)),
+    "2d-images": lambda: FrequencyGrid(2, 4.8, 0.2),
+}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().abs().max() / b.detach().abs().max())
+
+
+def _data(B, N, C, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(B, N, d, generator=g, dtype=torch.float64) * 6 - 3
+    v = torch.randn(B, N, C, generator=g, dtype=torch.float64)
+    return x, v
+
+
+@pytest.mark.parametrize("gname", list(GRIDS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_type1_matches_reference(gname, dtype, sign) -> None:
+    g = GRIDS[gname]()
+    x, v = _data(3, 57, 5, g.dim)
+    Z_ref, D_ref = nudft_type1_reference(x, v, g, sign=sign)
+    Z, D = nudft_type1(x.to(dtype), v.to(dtype), g, sign=sign, backend="nufft")
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert _rel(Z.to(torch.complex128), Z_ref) < tol
+    assert _rel(D.to(torch.complex128), D_ref) < tol
+
+
+@pytest.mark.parametrize("gname", list(GRIDS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_type2_matches_reference(gname, dtype, sign) -> None:
+    g = GRIDS[gname]()
+    x, _ = _data(2, 41, 1, g.dim, seed=3)
+    gen = torch.Generator().manual_seed(4)
+    c = torch.randn(2, g.n_freq, 6, generator=gen, dtype=torch.complex128)
+    w = torch.rand(g.n_freq, generator=gen, dtype=torch.float64) + 0.5
+    y_ref = nudft_type2_reference(x, c, g, w, sign=sign)
+    y = nudft_type2(x.to(dtype), c.to(dtype.to_complex()), g, w.to(dtype), sign=sign, backend="nufft")
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert _rel(y.double(), y_ref) < tol
+
+
+@pytest.mark.parametrize("gname", ["1d", "2d"])
+def test_nufft_pair_is_exactly_adjoint(gname) -> None:
+    """<T1 v, G> = <v, T2 G> to round-off for the approximate operators themselves (so the
+    autograd backward, which uses the other transform, is exact for the NUFFT path)."""
+    g = GRIDS[gname]()
+    x, v = _data(2, 33, 4, g.dim)
+    gen = torch.Generator().manual_seed(5)
+    Gre, Gim = torch.randn(2, 2, g.n_freq, 4, generator=gen, dtype=torch.float64)
+    for s in (-1, 1):
+        re, im, _, _ = nufft_type1(x, v, g, s, False)
+        lhs = (re * Gre + im * Gim).sum()
+        rhs = (v * nufft_type2(x, Gre, Gim, torch.ones(g.n_freq, dtype=torch.float64), g, -s)).sum()
+        assert torch.allclose(lhs, rhs, rtol=1e-13)
+
+
+@pytest.mark.parametrize("gname", ["1d", "2d"])
+def test_gradcheck(gname) -> None:
+    g = GRIDS[gname]()
+    x, v = _data(2, 7, 3, g.dim)
+    x.requires_grad_()
+    v.requires_grad_()
+
+    def t1(x, v):
+        Z, D = nudft_type1(x, v, g, backend="nufft")
+        return Z.real, Z.imag, D.real, D.imag
+
+    assert torch.autograd.gradcheck(t1, (x, v))
+    gen = torch.Generator().manual_seed(6)
+    yh = torch.randn(2, g.n_freq, 2, generator=gen, dtype=torch.complex128).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda y, x: nudft_type2_hermitian(y, x, g, backend="nufft"), (yh, x)
+    )
+
+
+def test_layer_nufft_matches_reference_float32() -> None:
+    torch.manual_seed(0)
+    x, _ = _data(2, 300, 1, 1)
+    xq, _ = _data(2, 70, 1, 1, seed=1)
+    z = torch.randn(2, 300, 16, dtype=torch.float64)
+    ref = SetFourierConv(1, 16, 8, 4.9, 0.1, groups=2, backend="reference").double()
+    fast = SetFourierConv(1, 16, 8, 4.9, 0.1, groups=2, backend="nufft")
+    fast.load_state_dict(ref.state_dict())
+    y_ref = ref(z, xq, x)
+    zf = z.float().requires_grad_()
+    y = fast(zf, xq.float(), x.float())
+    assert _rel(y.double(), y_ref) < 1e-5
+    z64 = z.clone().requires_grad_()
+    ref(z64, xq, x).square().sum().backward()
+    y.square().sum().backward()
+    assert _rel(zf.grad.double(), z64.grad) < 1e-4
+
+
+def test_auto_takes_nufft_only_for_large_transforms() -> None:
+    g = GRIDS["1d"]()
+    assert not prefer_nufft(g, 50, 128, torch.float32)
+    assert not prefer_nufft(g, 500, 128, torch.float32)
+    assert prefer_nufft(g, 5000, 128, torch.float32)
+    x, v = _data(1, 4000, 2, 1)
+    x, v = x.float(), v.float()
+    auto = nudft_type1(x, v, g)[0]
+    assert torch.equal(auto, nudft_type1(x, v, g, backend="nufft")[0])
+    assert not torch.equal(auto, nudft_type1(x, v, g, backend="native")[0])
+    small = nudft_type1(x[:, :100], v[:, :100], g)[0]
+    assert torch.equal(small, nudft_type1(x[:, :100], v[:, :100], g, backend="native")[0])
+
+
+def test_fine_grid_setup() -> None:
+    st = setup_for(GRIDS["2d-images"](), torch.float32)
+    assert st.nf == (100, 100) and st.w == 8  # 2 x (2K + 1) = 98 -> next 2,3,5-smooth even
+    assert setup_for(GRIDS["1d"](), torch.float64).w == 16
+
+
+def test_nufft_rejects_cuda_only_use() -> None:
+    g = GRIDS["1d"]()
+    with pytest.raises(ValueError, match="backend must be"):
+        nudft_type1(torch.zeros(1, 2, 1), torch.zeros(1, 2, 1), g, backend="fft")
+    with pytest.raises(ValueError, match="backend must be"):
+        SetFourierConv(1, 2, 2, 1.0, 0.5, backend="fft")

@@ -1,0 +1,111 @@
+"""The equal-budget demo (``rml-fast demo np``) and its ConvCNP baselines."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from rml_fast.cli import main
+from rml_fast.neural_processes.data import GPGenerator, batch_oracle_loglik
+from rml_fast.neural_processes.demo import (
+    GridConvCNP,
+    NeuralProcessesConvCNP,
+    format_table,
+    run_demo,
+)
+
+
+def test_cli_demo_np_tiny_budget(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "bands.png"
+    rc = main(
+        [
+            "demo", "np", "--budget", "0.5", "--baselines", "convcnp-grid",
+            "--test-batches", "1", "--out", str(png),
+        ]
+    )
+    assert rc == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["model", "params", "steps", "test", "loglik", "GP", "oracle"]
+    rows = {line.split()[0]: line.split()[1:] for line in out[1:3]}
+    assert set(rows) == {"SFConvCNP", "convcnp-grid"}
+    # The oracle column is the exact GP log-likelihood of the held-out tasks (seed 2026).
+    test = GPGenerator("rbf", batch_size=16, num_target=128, rng=2026).batches(1)
+    oracle = batch_oracle_loglik(test[0])
+    for params, steps, ll, orc in rows.values():
+        assert int(params) > 1000 and int(steps) >= 1
+        assert float(orc) == pytest.approx(oracle, abs=1e-3)
+        assert float(ll) < float(orc)  # half a second of training is far from the oracle
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out[-1] == f"wrote {png}"
+
+
+def test_cli_demo_rejects_unknown_names(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "nope"])
+    with pytest.raises(ValueError, match="baselines"):
+        run_demo(0, baselines=["unet"], test_batches=1)
+    with pytest.raises(ValueError, match="budget"):
+        run_demo(-1.0, baselines=[], test_batches=1)
+
+
+def test_grid_convcnp_is_translation_equivariant() -> None:
+    torch.manual_seed(0)
+    m = GridConvCNP(channels=8, layers=3).double()
+    b = GPGenerator(batch_size=2, rng=3, dtype=torch.float64).sample()
+    d0 = m(b.xc, b.yc, b.xq)
+    d1 = m(b.xc + 0.75, b.yc, b.xq + 0.75)  # 0.75 * 32 points per unit: a whole number of cells
+    torch.testing.assert_close(d1.loc, d0.loc, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(d1.scale, d0.scale, rtol=1e-9, atol=1e-9)
+
+
+def test_neuralprocesses_wrapper_matches_package_loglik() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nps = pytest.importorskip("neuralprocesses.torch")
+    torch.manual_seed(0)
+    m = NeuralProcessesConvCNP(points_per_unit=16, unet_channels=(8, 8))
+    b = GPGenerator(batch_size=3, num_context=7, num_target=11, rng=4).sample()
+    d = m(b.xc, b.yc, b.xq)
+    assert d.loc.shape == b.yq.shape
+    ours = d.log_prob(b.yq).mean(dim=(1, 2))
+    t = lambda a: a.transpose(1, 2)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = nps.loglik(m.model, t(b.xc), t(b.yc), t(b.xq), t(b.yq), normalise=True)
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_sfconvcnp_vs_convcnp_equal_budget_near_gp_oracle() -> None:
+    """SFConvCNP (C=32, L=2) and a ConvCNP trained for the same 60 s of wall clock each on GP-RBF
+    tasks (AdamW lr 2e-3, batch 16; one torch thread, and the models take turns step by step, so
+    load changes on a shared machine hit both alike), evaluated on 128 held-out tasks with 128
+    targets. The baseline is the ``neuralprocesses`` package's ConvCNP (UNet, 32 points per
+    unit) where it is installed, else the in-repo grid ConvCNP.
+
+    Stated margins: the SFConvCNP's mean per-point log-likelihood is within 0.6 nats of the exact
+    GP oracle (an untrained model is ~1.9 nats below it), does not exceed the oracle by more
+    than the test set's sampling noise (0.05), and is not worse than the ConvCNP's by more than
+    0.2 nats. Measured on the shared 2-core dev machine (load 4-9), oracle 0.257, one thread:
+    SFConvCNP -0.061 / -0.046 / -0.056 / -0.045 against the neuralprocesses ConvCNP 0.009 /
+    0.058 / 0.051 (1400-2400 steps each): at this budget the ConvCNP is ahead by 0.07-0.10
+    nats, so "not worse than ConvCNP" holds only within this tolerance (with two threads on the
+    oversubscribed machine the SFConvCNP led, -0.147 against -0.457; the in-repo grid ConvCNP is
+    far behind, -0.890)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import neuralprocesses  # noqa: F401
+        baseline = "convcnp-neuralprocesses"
+    except ImportError:
+        baseline = "convcnp-grid"
+    rows = run_demo(60.0, baselines=[baseline], test_batches=8, num_threads=1)
+    print(format_table(rows))
+    sf, conv = rows
+    assert sf.model == "SFConvCNP" and conv.model == baseline
+    assert sf.oracle_loglik - 0.6 < sf.loglik < sf.oracle_loglik + 0.05
+    assert sf.loglik > conv.loglik - 0.2
