@@ -118,6 +118,10 @@ class lasso:  # submodule rml_fast._C.lasso
         npt.NDArray[np.float64],
         npt.NDArray[np.int64],
     ]: ...
+    @staticmethod
+    def col_norm2(
+        X: npt.NDArray[np.floating[Any]], n_threads: int = 0
+    ) -> tuple[npt.NDArray[np.float64], bool]: ...
 
 class gravitree:  # submodule rml_fast._C.gravitree
     class Search:

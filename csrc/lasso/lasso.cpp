@@ -295,15 +295,15 @@ class Problem {
     i64 n_new = 0;
     for (i64 j : ws_)
       if (slot_[static_cast<size_t>(j)] < 0) ++n_new;
-    if (gc_.empty()) gc_.assign(static_cast<size_t>(kGramCap * kGramCap), kNaN);
     if (static_cast<i64>(cached_.size()) + n_new > kGramCap) {
       for (i64 j : cached_) slot_[static_cast<size_t>(j)] = -1;
       const size_t used = cached_.size();
       for (size_t a = 0; a < used; ++a)
-        std::fill_n(gc_.begin() + static_cast<std::ptrdiff_t>(a * kGramCap), used, kNaN);
+        std::fill_n(gc_.begin() + static_cast<std::ptrdiff_t>(a * static_cast<size_t>(cap_)), used, kNaN);
       cached_.clear();
       bc_.clear();
     }
+    grow_cache(static_cast<i64>(cached_.size()) + n_new);
     for (i64 j : ws_) {
       if (slot_[static_cast<size_t>(j)] >= 0) continue;
       slot_[static_cast<size_t>(j)] = static_cast<i64>(cached_.size());
@@ -320,10 +320,10 @@ class Problem {
       for (i64 q = a; q < k; ++q) {
         const i64 jq = ws_[static_cast<size_t>(q)];
         const i64 sq = slot_[static_cast<size_t>(jq)];
-        double& cell = gc_[static_cast<size_t>(sa * kGramCap + sq)];
+        double& cell = gc_[static_cast<size_t>(sa * cap_ + sq)];
         if (std::isnan(cell)) {
           cell = col_dot(col(ja), col(jq), n_);
-          gc_[static_cast<size_t>(sq * kGramCap + sa)] = cell;
+          gc_[static_cast<size_t>(sq * cap_ + sa)] = cell;
         }
         G[static_cast<size_t>(a * k + q)] = cell;
         G[static_cast<size_t>(q * k + a)] = cell;
@@ -331,6 +331,22 @@ class Problem {
     }
     for (i64 a = 0; a < k; ++a)
       b[static_cast<size_t>(a)] = bc_[static_cast<size_t>(slot_[static_cast<size_t>(ws_[static_cast<size_t>(a)])])];
+  }
+
+  // Grow the Gram cache (cap_ x cap_, NaN = not computed) to hold `need` features, keeping
+  // the entries already computed; capacity doubles from 64 up to kGramCap.
+  void grow_cache(i64 need) {
+    if (need <= cap_) return;
+    i64 cap = std::max<i64>(cap_, 64);
+    while (cap < need) cap *= 2;
+    cap = std::min(cap, kGramCap);
+    std::vector<double> g(static_cast<size_t>(cap * cap), kNaN);
+    const i64 used = static_cast<i64>(cached_.size());
+    for (i64 a = 0; a < used; ++a)
+      std::copy_n(gc_.begin() + static_cast<std::ptrdiff_t>(a * cap_), used,
+                  g.begin() + static_cast<std::ptrdiff_t>(a * cap));
+    gc_.swap(g);
+    cap_ = cap;
   }
 
   // c = b - G w over the nonzeros of w.
@@ -502,12 +518,46 @@ class Problem {
   std::vector<double> w_, c_, r_, y_;
   std::vector<char> screened_;
   std::vector<i64> support_, ws_;
-  // Gram cache: slot_[j] indexes gc_ (kGramCap x kGramCap, NaN = not yet computed), bc_ = x_j^T y.
+  // Gram cache: slot_[j] indexes gc_ (cap_ x cap_, NaN = not yet computed), bc_ = x_j^T y.
   std::vector<i64> slot_, cached_;
   std::vector<double> gc_, bc_;
+  i64 cap_ = 0;
 };
 
 }  // namespace
+
+namespace {
+// Sum of squares of one column; a NaN/inf anywhere makes the sum non-finite.
+RML_SIMD_CLONES double sumsq(const double* x, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+
+RML_SIMD_CLONES double sumsq(const float* x, i64 n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (i64 i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+}  // namespace
+
+template <typename T>
+bool col_norm2(const T* X, i64 n, i64 m, double* out, int n_threads) {
+  const int nt = n_threads > 0 ? n_threads : rml::max_threads();
+  int finite = 1;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(min : finite) if (n * m >= (i64{1} << 25))
+  for (i64 j = 0; j < m; ++j) {
+    const double s = sumsq(X + j * n, n);
+    out[j] = s;
+    if (!std::isfinite(s)) finite = 0;
+  }
+  return finite != 0;
+}
+
+template bool col_norm2<float>(const float*, i64, i64, double*, int);
+template bool col_norm2<double>(const double*, i64, i64, double*, int);
 
 template <typename T>
 void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i64 L,

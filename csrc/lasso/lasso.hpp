@@ -37,4 +37,9 @@ void path(const T* X, std::int64_t n, std::int64_t m, const T* Y, std::int64_t B
           const double* lambdas, std::int64_t L, const double* col_norm2, const double* w0,
           const Options& opt, PathResult& out);
 
+// Squared column norms of X (n, m), column-major, in double (OpenMP over columns); returns
+// false if X holds a NaN or an infinity (out is then unspecified).
+template <typename T>
+bool col_norm2(const T* X, std::int64_t n, std::int64_t m, double* out, int n_threads);
+
 }  // namespace rml::lasso
