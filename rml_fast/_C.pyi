@@ -106,7 +106,7 @@ class lasso:  # submodule rml_fast._C.lasso
         warm_start: npt.NDArray[np.float64] | None = None,
         tol: float = 1e-6,
         max_epochs: int = 10000,
-        ws_start: int = 10,
+        ws_start: int = 40,
         anderson_k: int = 5,
         screening: bool = True,
         working_set: bool = True,

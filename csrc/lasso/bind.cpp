@@ -122,7 +122,7 @@ py::tuple col_norm2(const py::array& X, int n_threads) {
 void register_lasso(py::module_ m) {
   m.doc() = "Lasso path (gap-safe screening, working sets, Anderson CD), sklearn scaling";
   m.def("path", &path, "X"_a, "Y"_a, "lambdas"_a, "col_norm2"_a, "warm_start"_a = py::none(),
-        "tol"_a = 1e-6, "max_epochs"_a = 10000, "ws_start"_a = 10, "anderson_k"_a = 5,
+        "tol"_a = 1e-6, "max_epochs"_a = 10000, "ws_start"_a = 40, "anderson_k"_a = 5,
         "screening"_a = true, "working_set"_a = true, "n_threads"_a = 0,
         "Solve min_w 1/(2n)||y_b - X w||^2 + lam_l ||w||_1 for every lambda (warm started) and\n"
         "every column y_b of Y. Returns (indices, values, indptr, gaps (L, B), epochs (L, B)),\n"

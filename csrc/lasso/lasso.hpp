@@ -14,7 +14,7 @@ namespace rml::lasso {
 struct Options {
   double tol = 1e-6;              // stop when gap <= tol * ||y||^2 / (2n)
   std::int64_t max_epochs = 10000;  // inner CD epochs per (lambda, rhs)
-  std::int64_t ws_start = 10;     // first working-set size
+  std::int64_t ws_start = 40;     // first working-set size
   int anderson_k = 5;             // 0 disables Anderson extrapolation
   bool screening = true;          // gap-safe sphere screening
   bool working_set = true;        // false: inner solver on all unscreened features
