@@ -2,12 +2,22 @@
 
 Design: Gaussian columns normalised to unit norm (d rows, m >> d features), targets
 ``y = D delta* + noise`` with a 20-sparse ``delta*``. Sizes (d, m): (384, 6144),
-(768, 24576), (2048, 32768) (``--quick``: the first, without the 64-RHS task; ``RML_FAST_BENCH_LARGE=1`` adds
-(4096, 65536)). Tasks: one penalty at ``lambda_max / 20``; a 50-penalty path from
-``lambda_max`` to ``1e-2 lambda_max``; 64 right-hand sides on a 10-penalty path (peers loop
-over the columns; the two smaller sizes only, the peers take too long on the largest). Float64 and float32. Every solver stops at the same relative duality gap,
-``gap <= 1e-6 ||y||^2 / (2 d)`` (sklearn ``tol=5e-7`` in its unscaled gap, celer
-``tol=5e-7``); skglm stops on its KKT-violation criterion at ``tol=1e-6 ||y||^2 / d``.
+(768, 24576), (2048, 32768) (``--quick``: the first, without the 64-RHS task;
+``RML_FAST_BENCH_LARGE=1`` adds (4096, 65536)). Tasks: one penalty at ``lambda_max / 20``; a
+50-penalty path from ``lambda_max`` to ``1e-2 lambda_max``; 64 right-hand sides on a
+10-penalty path (peers loop over the columns; by default at the two smaller sizes only, as
+the peers take minutes per run at (2048, 32768): name ``multi64`` in
+``RML_FAST_BENCH_LASSO_TASKS`` to run it there too). Float64 and float32. Every solver stops
+at the same relative duality gap, ``gap <= 1e-6 ||y||^2 / (2 d)`` (sklearn ``tol=5e-7`` in
+its unscaled gap, celer ``tol=5e-7``); skglm stops on its KKT-violation criterion at
+``tol=1e-6 ||y||^2 / d``.
+
+Environment filters (to split a full run into short pieces), comma-separated:
+``RML_FAST_BENCH_LASSO_SIZES`` (e.g. ``2048x32768``), ``RML_FAST_BENCH_LASSO_TASKS``
+(``single,path,multi64``), ``RML_FAST_BENCH_LASSO_DTYPES`` (``float64,float32``),
+``RML_FAST_BENCH_LASSO_PEERS`` (substrings of the peer names: ``sklearn,celer,skglm``), and
+``RML_FAST_BENCH_LASSO_WARMUP`` (untimed calls per side, default 1; skglm's numba code is
+compiled on a tiny problem beforehand, so 0 is fair too).
 """
 
 from __future__ import annotations
@@ -44,6 +54,11 @@ def _lambdas(D: np.ndarray, Y: np.ndarray, task: str) -> np.ndarray:
     return np.geomspace(lmax, lmax * 1e-2, 50 if task == "path" else 10)
 
 
+def _env_list(name: str) -> list[str] | None:
+    raw = os.environ.get(name, "").strip()
+    return [v.strip() for v in raw.split(",") if v.strip()] or None
+
+
 def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
     peers: dict[str, Any] = {}
     d = D.shape[0]
@@ -71,6 +86,10 @@ def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
     try:
         from skglm import Lasso as SkglmLasso
 
+        # compile skglm's numba kernels for this dtype outside the timings
+        Dt = np.asfortranarray(np.random.default_rng(0).standard_normal((8, 16)).astype(D.dtype))
+        SkglmLasso(alpha=0.1, fit_intercept=False).fit(Dt, Dt[:, 0] + 1)
+
         def skglm_run() -> None:
             for y in cols:
                 est = SkglmLasso(alpha=lams[0], fit_intercept=False, warm_start=True,
@@ -82,6 +101,9 @@ def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
         peers["skglm Lasso (warm loop)"] = skglm_run
     except ImportError:
         pass
+    want = _env_list("RML_FAST_BENCH_LASSO_PEERS")
+    if want:
+        peers = {k: v for k, v in peers.items() if any(w in k for w in want)}
     return peers
 
 
@@ -109,15 +131,21 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
     sizes = [(384, 6144)] if quick else [(384, 6144), (768, 24576), (2048, 32768)]
     if os.environ.get("RML_FAST_BENCH_LARGE") == "1" and not quick:
         sizes.append((4096, 65536))
-    tasks = ["single", "path", "multi64"]
-    dtypes = ["float64", "float32"]
+    want_sizes = _env_list("RML_FAST_BENCH_LASSO_SIZES")
+    if want_sizes:
+        sizes = [tuple(int(v) for v in sz.lower().split("x")) for sz in want_sizes]
+    want_tasks = _env_list("RML_FAST_BENCH_LASSO_TASKS")
+    tasks = want_tasks or ["single", "path", "multi64"]
+    dtypes = _env_list("RML_FAST_BENCH_LASSO_DTYPES") or ["float64", "float32"]
+    multi_everywhere = bool(want_tasks) and "multi64" in want_tasks
     cases = [{"d": d, "m": m, "task": t, "dtype": dt} for d, m in sizes for t in tasks
-             for dt in dtypes if t != "multi64" or d * m <= 768 * 24576]
+             for dt in dtypes if t != "multi64" or d * m <= 768 * 24576 or multi_everywhere]
     if quick:
         cases = [c for c in cases if c["task"] != "multi64"]
         repeat = 1
-    # warmup=1 keeps numba's JIT compilation (skglm) out of the timings
-    return Suite(SUITE, quick=quick, progress=progress, repeat=repeat, warmup=1).run(cases, _body)
+    # warmup=1 by default keeps first-call effects out of the timings
+    warmup = int(os.environ.get("RML_FAST_BENCH_LASSO_WARMUP", "1"))
+    return Suite(SUITE, quick=quick, progress=progress, repeat=repeat, warmup=warmup).run(cases, _body)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ class lasso:  # submodule rml_fast._C.lasso
         warm_start: npt.NDArray[np.float64] | None = None,
         tol: float = 1e-6,
         max_epochs: int = 10000,
-        ws_start: int = 10,
+        ws_start: int = 40,
         anderson_k: int = 5,
         screening: bool = True,
         working_set: bool = True,
@@ -141,6 +141,10 @@ class lasso:  # submodule rml_fast._C.lasso
         npt.NDArray[np.float64],
         npt.NDArray[np.int64],
     ]: ...
+    @staticmethod
+    def col_norm2(
+        X: npt.NDArray[np.floating[Any]], n_threads: int = 0
+    ) -> tuple[npt.NDArray[np.float64], bool]: ...
 
 class gravitree:  # submodule rml_fast._C.gravitree
     class Search:

@@ -95,14 +95,39 @@ py::tuple path(const py::array& X, const py::array& Y, const py::array_t<double>
   throw py::type_error("X: expected float32 or float64, got " + std::string(py::str(X.dtype())));
 }
 
+template <typename T>
+py::tuple run_col_norm2(const py::array& X, int n_threads) {
+  const i64 n = X.shape(0), m = X.shape(1);
+  py::array_t<double> out(static_cast<py::ssize_t>(m));
+  const T* Xp = static_cast<const T*>(X.data());
+  double* op = out.mutable_data();
+  bool finite = true;
+  {
+    py::gil_scoped_release release;
+    finite = rml::lasso::col_norm2<T>(Xp, n, m, op, n_threads);
+  }
+  return py::make_tuple(out, finite);
+}
+
+py::tuple col_norm2(const py::array& X, int n_threads) {
+  require(X.ndim() == 2, "X: expected a 2-D array (n, m)");
+  require((X.flags() & py::array::f_style) != 0, "X: expected a Fortran-contiguous array");
+  if (X.dtype().is(py::dtype::of<double>())) return run_col_norm2<double>(X, n_threads);
+  if (X.dtype().is(py::dtype::of<float>())) return run_col_norm2<float>(X, n_threads);
+  throw py::type_error("X: expected float32 or float64, got " + std::string(py::str(X.dtype())));
+}
+
 }  // namespace
 
 void register_lasso(py::module_ m) {
   m.doc() = "Lasso path (gap-safe screening, working sets, Anderson CD), sklearn scaling";
   m.def("path", &path, "X"_a, "Y"_a, "lambdas"_a, "col_norm2"_a, "warm_start"_a = py::none(),
-        "tol"_a = 1e-6, "max_epochs"_a = 10000, "ws_start"_a = 10, "anderson_k"_a = 5,
+        "tol"_a = 1e-6, "max_epochs"_a = 10000, "ws_start"_a = 40, "anderson_k"_a = 5,
         "screening"_a = true, "working_set"_a = true, "n_threads"_a = 0,
         "Solve min_w 1/(2n)||y_b - X w||^2 + lam_l ||w||_1 for every lambda (warm started) and\n"
         "every column y_b of Y. Returns (indices, values, indptr, gaps (L, B), epochs (L, B)),\n"
         "coefficients in CSR over rows l * B + b. Releases the GIL.");
+  m.def("col_norm2", &col_norm2, "X"_a, "n_threads"_a = 0,
+        "Squared column norms of a Fortran-ordered X (n, m) in float64, and whether every entry\n"
+        "of X is finite: (norm2 (m,), finite). One pass over X, OpenMP over columns.");
 }

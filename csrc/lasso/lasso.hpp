@@ -14,7 +14,7 @@ namespace rml::lasso {
 struct Options {
   double tol = 1e-6;              // stop when gap <= tol * ||y||^2 / (2n)
   std::int64_t max_epochs = 10000;  // inner CD epochs per (lambda, rhs)
-  std::int64_t ws_start = 10;     // first working-set size
+  std::int64_t ws_start = 40;     // first working-set size
   int anderson_k = 5;             // 0 disables Anderson extrapolation
   bool screening = true;          // gap-safe sphere screening
   bool working_set = true;        // false: inner solver on all unscreened features
@@ -36,5 +36,10 @@ template <typename T>
 void path(const T* X, std::int64_t n, std::int64_t m, const T* Y, std::int64_t B,
           const double* lambdas, std::int64_t L, const double* col_norm2, const double* w0,
           const Options& opt, PathResult& out);
+
+// Squared column norms of X (n, m), column-major, in double (OpenMP over columns); returns
+// false if X holds a NaN or an infinity (out is then unspecified).
+template <typename T>
+bool col_norm2(const T* X, std::int64_t n, std::int64_t m, double* out, int n_threads);
 
 }  // namespace rml::lasso

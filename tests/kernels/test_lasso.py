@@ -162,6 +162,41 @@ def test_native_matches_reference_multi_rhs(dtype):
         np.testing.assert_allclose(single.coefs, a.coefs[:, j], atol=TOL_COEF[dtype] / 10)
 
 
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_lockstep_groups_match_single_solves(n_threads, dtype):
+    """Eleven right-hand sides run in lockstep groups sharing each pass over D (blocks of four
+    problems, some screened apart and some not, plus a remainder); each equals its own solve
+    and the reference, with a warm start for some columns and a zero right-hand side."""
+    D, Y = make_problem(n=36, m=150, k=4, B=11, dtype=dtype, seed=9)
+    Y[:, 5] = 0.0
+    lams = lambda_grid(D, Y, n_lambdas=6, eps=2e-2)
+    warm = np.zeros((11, 150))
+    warm[2, :7] = 0.3
+    a = lasso_path(D, Y, lams, tol=1e-12, n_threads=n_threads, warm_start=warm)
+    ref = lasso_path_reference(D, Y, lams, tol=1e-12, warm_start=warm)
+    np.testing.assert_allclose(a.coefs, ref.coefs, atol=TOL_COEF[dtype] / 10)
+    assert np.all(a.coefs[:, 5] == 0) and np.all(a.gaps >= 0)
+    for j in (0, 2, 10):
+        single = lasso_path(D, np.ascontiguousarray(Y[:, j]), lams, tol=1e-12, warm_start=warm[j])
+        np.testing.assert_allclose(single.coefs, a.coefs[:, j], atol=TOL_COEF[dtype] / 10)
+        np.testing.assert_allclose(single.gaps, a.gaps[:, j], atol=1e-12)
+
+
+def test_native_column_norms_and_finiteness():
+    from rml_fast._native import _C
+
+    D, _ = make_problem(n=33, m=70, dtype=np.float32, seed=10)
+    D = np.asfortranarray(D)
+    nrm2, finite = _C.lasso.col_norm2(D)
+    assert finite and nrm2.dtype == np.float64
+    np.testing.assert_allclose(nrm2, (D.astype(np.float64) ** 2).sum(0), rtol=1e-12)
+    D[3, 40] = np.inf
+    assert not _C.lasso.col_norm2(D)[1]
+    with pytest.raises(ValueError, match="D must be finite"):
+        lasso_path(D, np.ones(33, dtype=np.float32), [0.1])
+
+
 @pytest.mark.parametrize(
     "opts",
     [

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from rml_fast.kernels.lasso import lasso_path  # noqa: E402
+from rml_fast.kernels.lasso import lasso_path, lasso_path_reference  # noqa: E402
 
 DTYPES = [torch.float64, torch.float32]
 ATOL = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -111,3 +111,70 @@ def test_fista_matches_native_with_screening(tl_lasso):
                               max_iter=3000, check_every=20)
     assert np.all(res.gaps <= 1e-8 * (Y**2).sum(0) / (2 * n) + 1e-15)
     np.testing.assert_allclose(res.coefs[0].numpy(), ref.coefs[0], atol=1e-3)
+
+
+def _small_problem(n, m, B, seed):
+    rng = np.random.default_rng(seed)
+    D = rng.standard_normal((n, m))
+    D /= np.linalg.norm(D, axis=0)
+    W = np.zeros((m, B))
+    for b in range(B):
+        W[rng.choice(m, 3, replace=False), b] = rng.choice([-1.0, 1.0], 3) * (1 + rng.random(3))
+    Y = D @ W + 0.01 * rng.standard_normal((n, B))
+    return D, Y
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fista_path_matches_reference_several_rhs(tl_lasso, dtype, monkeypatch):
+    """Several right-hand sides on a warm-started path, float32 and float64, against the NumPy
+    reference; spies on the kernels show that screening compacted D and that restarts fired."""
+    n, m, B = 24, 40, 3
+    D, Y = _small_problem(n, m, B, seed=11)
+    lmax = np.abs(D.T @ Y).max() / n
+    lams = lmax * np.array([0.5, 0.3])
+    ref = lasso_path_reference(D, Y, lams, tol=1e-13)
+    widths, betas = [], []
+    gemm, update = tl_lasso.dtr_gemm_absmax, tl_lasso.soft_threshold_update
+
+    def gemm_spy(Dc, R, scale=1.0):
+        widths.append(Dc.shape[1])
+        return gemm(Dc, R, scale)
+
+    def update_spy(Z, C, W, keep, lam, beta, active, step):
+        betas.append(beta.double().numpy().copy())
+        return update(Z, C, W, keep, lam, beta, active, step)
+
+    monkeypatch.setattr(tl_lasso, "dtr_gemm_absmax", gemm_spy)
+    monkeypatch.setattr(tl_lasso, "soft_threshold_update", update_spy)
+    tol = 1e-10 if dtype == torch.float64 else 1e-6
+    res = tl_lasso.fista_path(torch.from_numpy(D).to(dtype), torch.from_numpy(Y).to(dtype), lams,
+                              tol=tol, max_iter=2000, check_every=10)
+    assert res.coefs.shape == (2, B, m) and res.coefs.dtype == dtype
+    ynorm = (Y**2).sum(0) / (2 * n)
+    assert np.all(res.gaps >= 0)
+    assert np.all(res.gaps <= tol * ynorm * (1 + 1e-6))
+    atol = 1e-5 if dtype == torch.float64 else 2e-3
+    np.testing.assert_allclose(res.coefs.double().numpy(), ref.coefs, atol=atol)
+    for ell in range(2):  # same support where the reference is clearly nonzero
+        big = np.abs(ref.coefs[ell]) > 10 * atol
+        assert np.all(res.coefs[ell].double().numpy()[big] != 0)
+    assert min(widths) < m  # gap-safe screening compacted D to the surviving columns
+    # each penalty starts with zero momentum; more zeros than penalties are adaptive restarts
+    n_zero = (np.array(betas) == 0).sum(axis=0)
+    assert n_zero.max() > len(lams)
+    assert np.all(res.n_epochs < 2000)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fista_screening_off_same_solution(tl_lasso, dtype):
+    n, m, B = 16, 28, 2
+    D, Y = _small_problem(n, m, B, seed=12)
+    lam = np.abs(D.T @ Y).max() / n / 3
+    Dt, Yt = torch.from_numpy(D).to(dtype), torch.from_numpy(Y).to(dtype)
+    tol = 1e-10 if dtype == torch.float64 else 1e-6
+    on = tl_lasso.fista_path(Dt, Yt, [lam], tol=tol, max_iter=2000, screening=True)
+    off = tl_lasso.fista_path(Dt, Yt, [lam], tol=tol, max_iter=2000, screening=False)
+    ref = lasso_path_reference(D, Y, [lam], tol=1e-13)
+    atol = 1e-5 if dtype == torch.float64 else 2e-3
+    np.testing.assert_allclose(on.coefs[0].double().numpy(), ref.coefs[0], atol=atol)
+    np.testing.assert_allclose(off.coefs[0].double().numpy(), ref.coefs[0], atol=atol)
