@@ -8,28 +8,30 @@ namespace rml::circuits {
 
 namespace {
 
-// y = (x - mean) / sqrt(var + eps) * w + b over each length-d row of x[0:k] (in place).
+// y = (x - mean) / sqrt(var + eps) * w + b over each length-d row of x[0:k] (in place);
+// two passes over the row (mean, then centred variance), accumulated in T.
 template <typename T>
 void layer_norm_rows(T* x, std::int64_t k, std::int64_t d, const T* w, const T* b, double eps) {
+  const T inv_d = static_cast<T>(1.0 / static_cast<double>(d));
   for (std::int64_t r = 0; r < k; r += d) {
     T* row = x + r;
-    double mean = 0.0;
-    for (std::int64_t i = 0; i < d; ++i) mean += static_cast<double>(row[i]);
-    mean /= static_cast<double>(d);
-    double var = 0.0;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (std::int64_t i = 0; i < d; ++i) sum += row[i];
+    const T mean = sum * inv_d;
+    T sq = 0;
+#pragma omp simd reduction(+ : sq)
     for (std::int64_t i = 0; i < d; ++i) {
-      const double c = static_cast<double>(row[i]) - mean;
-      var += c * c;
+      const T c = row[i] - mean;
+      sq += c * c;
     }
-    var /= static_cast<double>(d);
-    const T inv = static_cast<T>(1.0 / std::sqrt(var + eps));
-    const T m = static_cast<T>(mean);
+    const T inv = static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq * inv_d) + eps));
     if (b != nullptr) {
 #pragma omp simd
-      for (std::int64_t i = 0; i < d; ++i) row[i] = (row[i] - m) * inv * w[i] + b[i];
+      for (std::int64_t i = 0; i < d; ++i) row[i] = (row[i] - mean) * inv * w[i] + b[i];
     } else {
 #pragma omp simd
-      for (std::int64_t i = 0; i < d; ++i) row[i] = (row[i] - m) * inv * w[i];
+      for (std::int64_t i = 0; i < d; ++i) row[i] = (row[i] - mean) * inv * w[i];
     }
   }
 }
@@ -55,12 +57,27 @@ void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out,
         if (mcol[is * j] != 0) active[n_active++] = is;
       }
       T* dst = out + (source_first ? ij * n + in : idx) * k;
-      std::memcpy(dst, base + ij * k, static_cast<std::size_t>(k) * sizeof(T));
+      const T* src = base + ij * k;
       // row of source `is` of run `in`
       const std::int64_t d_stride = source_first ? n * k : k;
       const T* dbase = delta + (source_first ? in : in * s_tot) * k;
-      // Two sources per pass halves the traffic on dst; the sum order is fixed (s ascending).
+      // The first pass reads base (no separate copy); then two sources per pass halve the
+      // traffic on dst. The sum order is fixed: base, then the sources in ascending order.
       std::size_t a = 0;
+      if (n_active == 0) {
+        std::memcpy(dst, src, static_cast<std::size_t>(k) * sizeof(T));
+      } else if (n_active == 1) {
+        const T* x0 = dbase + active[0] * d_stride;
+#pragma omp simd
+        for (std::int64_t i = 0; i < k; ++i) dst[i] = src[i] + x0[i];
+        a = 1;
+      } else {
+        const T* x0 = dbase + active[0] * d_stride;
+        const T* x1 = dbase + active[1] * d_stride;
+#pragma omp simd
+        for (std::int64_t i = 0; i < k; ++i) dst[i] = (src[i] + x0[i]) + x1[i];
+        a = 2;
+      }
       for (; a + 1 < n_active; a += 2) {
         const T* x0 = dbase + active[a] * d_stride;
         const T* x1 = dbase + active[a + 1] * d_stride;

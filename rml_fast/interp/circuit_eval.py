@@ -231,69 +231,80 @@ def _batched_forward(
     k = n_pos * d
     H = cfg.n_heads
     masks_u8 = masks.to(torch.uint8)
-    delta = torch.zeros(n, n_fwd, k, dtype=abl.dtype, device=abl.device)
-    delta[:, 0] = (clean_src[0] - abl[0]).reshape(k)
+    # Source-first layout: delta[s] is the [n, P*D] matrix of source s over all runs, and the
+    # mixed inputs come out destination-first, so that each head's q/k/v inputs over all runs
+    # are one contiguous [n*P, D] matrix (one GEMM per head, no transposes).
+    delta = torch.empty(n_fwd, n, k, dtype=abl.dtype, device=abl.device)
+    delta[0] = (clean_src[0] - abl[0]).reshape(k)
     abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
     # one output buffer per destination count, re-used by every layer
     buffers: dict[int, torch.Tensor] = {}
 
-    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor) -> torch.Tensor:
+    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor, ln: Any) -> torch.Tensor:
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
         if j1 - j0 not in buffers:
-            buffers[j1 - j0] = torch.empty(n, j1 - j0, k, dtype=abl.dtype, device=abl.device)
-        return masked_mix(delta, m, base, path=path, backend=backend, out=buffers[j1 - j0])
+            buffers[j1 - j0] = torch.empty(j1 - j0, n, k, dtype=abl.dtype, device=abl.device)
+        lnt = None if ln is None else (ln.w, ln.b, 1e-5)
+        return masked_mix(
+            delta, m, base, path=path, backend=backend, out=buffers[j1 - j0],
+            source_first=True, ln=lnt,
+        )  # fmt: skip
 
     # A node's output in run n matters only if some edge out of it is kept; under patching
     # it also differs from the ablated output only if some edge into it is kept. Only those
-    # (run, node) pairs are computed; the others keep delta = 0 (exact, see above).
+    # (run, node) pairs are computed; the others get delta = 0 (exact, see above).
     uses_out = masks.any(-1)  # [n, n_fwd]
     uses_in = masks.any(-2)  # [n, n_bwd]
     for layer, block in enumerate(model.blocks):
         start = graph.head_index(layer, 0)
         j0 = graph.qkv_index(layer, 0, "q")
-        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias).view(n, 3, H, k)
+        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias, block.ln1)  # [3H, n, k]
         active = uses_out[:, start : start + H]
         if patching:
             active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
+        act_t = active.T  # [H, n]
+        out_h = delta[start : start + H]  # [H, n, k]
         if float(active.float().mean()) > 0.5:  # dense: every head of every run at once
-            xs = x.view(n, 3, H, n_pos, d)
-            if block.ln1 is not None:  # one LN over the contiguous buffer, not three on views
-                xs = layer_norm(xs, block.ln1.w, block.ln1.b)
-            xs = xs.permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
-            res_all = attention_heads(xs[0], xs[1], xs[2], block.attn, None, hooked=False)
-            delta[:, start : start + H] = (
-                res_all.transpose(1, 2) - abl[start : start + H]
-            ).reshape(n, H, k) * active[:, :, None]
-            rn = rh = torch.zeros(0, dtype=torch.long)
+            res = _heads_all(x.view(3, H, n * n_pos, d), block.attn, n, n_pos)  # [H, n*P, D]
+            torch.sub(res.view(H, n, k), abl[start : start + H].reshape(H, 1, k), out=out_h)
+            if not bool(act_t.all()):
+                out_h[~act_t] = 0.0
         else:
-            rn, rh = torch.nonzero(active, as_tuple=True)
-        if rn.numel():
-            xin = x[rn, :, rh].view(-1, 3, n_pos, d)  # [A, 3, P, D]
-            res = _head_pairs(xin, rh, block.attn, block.ln1)  # [A, P, D]
-            delta[rn, start + rh] = (res - abl[start + rh]).reshape(-1, k)
+            out_h.zero_()
+            rh, rn = torch.nonzero(act_t, as_tuple=True)
+            if rn.numel():
+                xin = x.view(3, H, n, n_pos, d)[:, rh, rn].transpose(0, 1)  # [A, 3, P, D]
+                res = _head_pairs(xin, rh, block.attn, None)  # [A, P, D] (LN already applied)
+                out_h[rh, rn] = (res - abl[start + rh]).reshape(-1, k)
         bias = bias + block.attn.b_O.repeat(n_pos)
         if block.mlp is not None:
             mi = graph.mlp_index(layer)
             jm = graph.mlp_in_index(layer)
             act_m = uses_out[:, mi] & (uses_in[:, jm] if patching else True)
             rows = torch.nonzero(act_m).flatten()
+            out_m = delta[mi]  # [n, k]
+            if rows.numel() < n:
+                out_m.zero_()
             if rows.numel():
-                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias)[rows].view(-1, n_pos, d)
-                if block.ln2 is not None:
-                    xm = layer_norm(xm, block.ln2.w, block.ln2.b)
-                delta[rows, mi] = (block.mlp(xm) - abl[mi]).reshape(-1, k)
+                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, block.ln2)[0]  # [n, k]
+                xm = xm if rows.numel() == n else xm[rows]
+                res_m = block.mlp(xm.view(-1, n_pos, d)).view(-1, k) - abl[mi].reshape(k)
+                if rows.numel() == n:
+                    out_m.copy_(res_m)
+                else:
+                    out_m[rows] = res_m
     # final residual: only the answer position when the metric is a LogitDiff
     jl = graph.logits_index
     if pos is not None:
-        dpos = delta.view(n, n_fwd, n_pos, d)[:, :, pos].contiguous()
+        dpos = delta.view(n_fwd, n, n_pos, d)[:, :, pos].contiguous()  # [n_fwd, n, D]
         base = (abl_cum[-1] + bias).view(n_pos, d)[pos]
         resid = masked_mix(
-            dpos, masks_u8[:, :, jl : jl + 1], base[None], path=path, backend=backend
-        )
-        resid = resid[:, 0]  # [n, D]
+            dpos, masks_u8[:, :, jl : jl + 1], base[None], path=path, backend=backend,
+            source_first=True,
+        )[0]  # [n, D]  # fmt: skip
         if model.ln_final is not None:
             resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
         ids = metric.token_ids().to(resid.device)
@@ -301,10 +312,32 @@ def _batched_forward(
         rows = torch.full((n, cfg.d_vocab), float("nan"), dtype=sel.dtype, device=sel.device)
         rows[:, ids] = sel
         return metric.from_rows(rows)
-    resid = mix(n_fwd, jl, jl + 1, abl_cum[-1] + bias).view(n, n_pos, d)
+    resid = mix(n_fwd, jl, jl + 1, abl_cum[-1] + bias, None)[0].view(n, n_pos, d)
     if model.ln_final is not None:
         resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
     return torch.as_tensor(metric(resid @ model.unembed + model.b_U))
+
+
+def _heads_all(x: torch.Tensor, attn: Any, n: int, n_pos: int) -> torch.Tensor:
+    """Every head of every run: ``x [3, H, n*P, D]`` (layer-normed q/k/v inputs, run-major rows).
+
+    Returns the head results ``z_h W_O^h`` of shape ``[H, n*P, D]`` (no ``b_O``).
+    """
+    H = x.shape[1]
+    q = torch.baddbmm(attn.b_Q[:, None], x[0], attn.W_Q)  # [H, n*P, dh]
+    kk = torch.baddbmm(attn.b_K[:, None], x[1], attn.W_K)
+    v = torch.baddbmm(attn.b_V[:, None], x[2], attn.W_V)
+    dh = q.shape[-1]
+    q, kk, v = (t.view(H * n, n_pos, dh) for t in (q, kk, v))
+    scores = torch.baddbmm(
+        torch.zeros((), dtype=q.dtype, device=q.device).expand(H * n, n_pos, n_pos),
+        q, kk.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(dh),
+    )  # fmt: skip
+    causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).tril()
+    scores.masked_fill_(~causal, float("-inf"))
+    pattern = torch.softmax(scores, dim=-1)
+    z = torch.bmm(pattern, v).view(H, n * n_pos, dh)
+    return torch.bmm(z, attn.W_O)
 
 
 def _head_pairs(x: torch.Tensor, heads: torch.Tensor, attn: Any, ln: Any) -> torch.Tensor:
