@@ -28,13 +28,13 @@ import torch
 from rml_fast._validation import Interval, check_scalar
 from rml_fast.interp.circuit_metrics import LogitDiff
 from rml_fast.interp.edge_graph import EdgeGraph
-from rml_fast.kernels.circuits import masked_mix
+from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
 from rml_fast.models.transformer import attention_heads, layer_norm
 
 _ABLATIONS = ("patching", "zero", "mean")
 _BACKENDS = ("auto", "torch", "cpp", "triton")
 _KERNEL_BACKEND = {"auto": "auto", "torch": "reference", "cpp": "native", "triton": "triton"}
-DEFAULT_CHUNK_BYTES = 256 * 2**20
+DEFAULT_CHUNK_BYTES = 64 * 2**20  # working set of one chunk (deltas, q/k/v inputs, results)
 
 
 def source_names(model: Any) -> list[str]:
@@ -145,7 +145,7 @@ def evaluate_masks(
         other callable gets full logits ``[n, P, V]`` and must return ``[n]``.
     ablation : {"patching", "zero", "mean"}, default="patching"
     chunk : int or None, default=None
-        Masks per batched forward (None: as many as fit in ~256 MB of source deltas).
+        Masks per batched forward (None: as many as fit in ~64 MB of working set).
     backend : {"auto", "torch", "cpp", "triton"}, default="auto"
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
@@ -193,9 +193,16 @@ def evaluate_masks(
         _, src_clean = source_activations(model, clean[:, :keep])
         abl = _ablated(model, corrupt, ablation, keep, src_clean)
         if chunk is None:
-            per_mask = graph.n_fwd * keep * cfg.d_model * src_clean.element_size() * 3
+            per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
+            per_mask *= src_clean.element_size()
             chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
         masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
+        if path == "auto" and masks.numel():  # one choice for all chunks and layers
+            density = float(masks.sum()) / (masks.shape[0] * graph.n_edges)
+            path = "sparse" if density < SPARSE_DENSITY else "dense"
+        abl_cum = abl.reshape(graph.n_fwd, -1).clone()  # base terms: prefix sums of abl
+        for i in range(1, graph.n_fwd):  # (a row loop: cumsum along dim 0 is slow on CPU)
+            abl_cum[i] += abl_cum[i - 1]
         outs = []
         from tqdm.auto import tqdm
 
@@ -205,7 +212,7 @@ def evaluate_masks(
                 _batched_forward(
                     model, graph, src_clean[0], abl, masks[start : start + chunk], metric,
                     pos if fast else None, _KERNEL_BACKEND[backend], path,
-                    ablation == "patching",
+                    ablation == "patching", abl_cum,
                 )
             )  # fmt: skip
         if not outs:
@@ -224,7 +231,9 @@ def _batched_forward(
     backend: str,
     path: str,
     patching: bool,
+    abl_cum: torch.Tensor,
 ) -> torch.Tensor:
+    """The metric of every mask of one chunk; ``abl_cum[s]`` = sum of ``abl[:s+1]`` as ``[n_fwd, P*D]``."""
     cfg = model.cfg
     n, n_fwd = masks.shape[0], graph.n_fwd
     n_pos, d = abl.shape[1], abl.shape[2]
@@ -236,7 +245,6 @@ def _batched_forward(
     # are one contiguous [n*P, D] matrix (one GEMM per head, no transposes).
     delta = torch.empty(n_fwd, n, k, dtype=abl.dtype, device=abl.device)
     delta[0] = (clean_src[0] - abl[0]).reshape(k)
-    abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
     # one output buffer per destination count, re-used by every layer
@@ -258,6 +266,8 @@ def _batched_forward(
     # (run, node) pairs are computed; the others get delta = 0 (exact, see above).
     uses_out = masks.any(-1)  # [n, n_fwd]
     uses_in = masks.any(-2)  # [n, n_bwd]
+    n_layers = len(model.blocks)
+    dpos = delta[:, :, :d]  # replaced by the answer-position deltas before the last layer
     for layer, block in enumerate(model.blocks):
         start = graph.head_index(layer, 0)
         j0 = graph.qkv_index(layer, 0, "q")
@@ -266,13 +276,24 @@ def _batched_forward(
         if patching:
             active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
         act_t = active.T  # [H, n]
-        out_h = delta[start : start + H]  # [H, n, k]
-        if float(active.float().mean()) > 0.5:  # dense: every head of every run at once
+        # In the last layer a LogitDiff reads only the answer position (the last kept one):
+        # the heads' queries, their results and the MLP are computed there only.
+        last = pos is not None and layer == n_layers - 1
+        if last:
+            dpos = delta.view(n_fwd, n, n_pos, d)[:, :, pos].contiguous()  # [n_fwd, n, D]
+            res = _heads_last(x.view(3, H, n, n_pos, d), block.attn)  # [H, n, D]
+            out_h = dpos[start : start + H]
+            torch.sub(res, abl[start : start + H, pos].unsqueeze(1), out=out_h)
+            if not bool(act_t.all()):
+                out_h[~act_t] = 0.0
+        elif float(active.float().mean()) > 0.5:  # dense: every head of every run at once
+            out_h = delta[start : start + H]  # [H, n, k]
             res = _heads_all(x.view(3, H, n * n_pos, d), block.attn, n, n_pos)  # [H, n*P, D]
             torch.sub(res.view(H, n, k), abl[start : start + H].reshape(H, 1, k), out=out_h)
             if not bool(act_t.all()):
                 out_h[~act_t] = 0.0
         else:
+            out_h = delta[start : start + H]
             out_h.zero_()
             rh, rn = torch.nonzero(act_t, as_tuple=True)
             if rn.numel():
@@ -285,13 +306,24 @@ def _batched_forward(
             jm = graph.mlp_in_index(layer)
             act_m = uses_out[:, mi] & (uses_in[:, jm] if patching else True)
             rows = torch.nonzero(act_m).flatten()
-            out_m = delta[mi]  # [n, k]
+            out_m = dpos[mi] if last else delta[mi]  # [n, D] or [n, k]
             if rows.numel() < n:
                 out_m.zero_()
             if rows.numel():
-                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, block.ln2)[0]  # [n, k]
+                if last:
+                    lnt = None if block.ln2 is None else (block.ln2.w, block.ln2.b, 1e-5)
+                    xm = masked_mix(
+                        dpos, masks_u8[:, :mi, jm : jm + 1],
+                        (abl_cum[mi - 1] + bias).view(n_pos, d)[pos : pos + 1],
+                        path=path, backend=backend, source_first=True, ln=lnt,
+                    )[0]  # [n, D]  # fmt: skip
+                    a_m = abl[mi, pos]
+                else:
+                    xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, block.ln2)[0]  # [n, k]
+                    a_m = abl[mi].reshape(k)
                 xm = xm if rows.numel() == n else xm[rows]
-                res_m = block.mlp(xm.view(-1, n_pos, d)).view(-1, k) - abl[mi].reshape(k)
+                width = xm.shape[-1]
+                res_m = block.mlp(xm.view(-1, width // d, d)).view(-1, width) - a_m
                 if rows.numel() == n:
                     out_m.copy_(res_m)
                 else:
@@ -299,7 +331,6 @@ def _batched_forward(
     # final residual: only the answer position when the metric is a LogitDiff
     jl = graph.logits_index
     if pos is not None:
-        dpos = delta.view(n_fwd, n, n_pos, d)[:, :, pos].contiguous()  # [n_fwd, n, D]
         base = (abl_cum[-1] + bias).view(n_pos, d)[pos]
         resid = masked_mix(
             dpos, masks_u8[:, :, jl : jl + 1], base[None], path=path, backend=backend,
@@ -329,14 +360,29 @@ def _heads_all(x: torch.Tensor, attn: Any, n: int, n_pos: int) -> torch.Tensor:
     v = torch.baddbmm(attn.b_V[:, None], x[2], attn.W_V)
     dh = q.shape[-1]
     q, kk, v = (t.view(H * n, n_pos, dh) for t in (q, kk, v))
+    causal = torch.full((n_pos, n_pos), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
     scores = torch.baddbmm(
-        torch.zeros((), dtype=q.dtype, device=q.device).expand(H * n, n_pos, n_pos),
-        q, kk.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(dh),
-    )  # fmt: skip
-    causal = torch.ones(n_pos, n_pos, dtype=torch.bool, device=q.device).tril()
-    scores.masked_fill_(~causal, float("-inf"))
+        causal.expand(H * n, n_pos, n_pos), q, kk.transpose(1, 2), alpha=1.0 / math.sqrt(dh)
+    )  # causal mask added in the GEMM's epilogue
     pattern = torch.softmax(scores, dim=-1)
     z = torch.bmm(pattern, v).view(H, n * n_pos, dh)
+    return torch.bmm(z, attn.W_O)
+
+
+def _heads_last(x: torch.Tensor, attn: Any) -> torch.Tensor:
+    """Every head of every run at the last position only: ``x [3, H, n, P, D]`` (layer-normed).
+
+    Returns the head results at the last position, ``[H, n, D]`` (no ``b_O``); the keys and
+    values use all positions (no causal mask is needed for the last query).
+    """
+    _, H, n, n_pos, d = x.shape
+    q = torch.baddbmm(attn.b_Q[:, None], x[0, :, :, -1], attn.W_Q)  # [H, n, dh]
+    kk = torch.baddbmm(attn.b_K[:, None], x[1].reshape(H, n * n_pos, d), attn.W_K)
+    v = torch.baddbmm(attn.b_V[:, None], x[2].reshape(H, n * n_pos, d), attn.W_V)
+    dh = q.shape[-1]
+    kk, v = kk.view(H * n, n_pos, dh), v.view(H * n, n_pos, dh)
+    scores = torch.bmm(q.reshape(H * n, 1, dh), kk.transpose(1, 2)) / math.sqrt(dh)
+    z = torch.bmm(torch.softmax(scores, dim=-1), v).view(H, n, dh)
     return torch.bmm(z, attn.W_O)
 
 
