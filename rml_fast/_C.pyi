@@ -199,4 +199,5 @@ class circuits:  # submodule rml_fast._C.circuits
         ln_w: npt.NDArray[np.floating[Any]] | None = None,
         ln_b: npt.NDArray[np.floating[Any]] | None = None,
         eps: float = 1e-5,
+        n_threads: int = 0,
     ) -> None: ...

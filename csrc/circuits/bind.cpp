@@ -23,7 +23,8 @@ void check_c(const py::array& a, const char* name, py::ssize_t ndim) {
 
 template <typename T>
 void run(const py::array& delta, const py::array& mask, const py::array& base, py::array& out,
-         bool source_first, const py::object& ln_w, const py::object& ln_b, double eps) {
+         bool source_first, const py::object& ln_w, const py::object& ln_b, double eps,
+         int n_threads) {
   const py::array& out_c = out;
   for (const py::array* a : {&delta, &base, &out_c}) {
     if (!a->dtype().is(py::dtype::of<T>())) {
@@ -78,7 +79,7 @@ void run(const py::array& delta, const py::array& mask, const py::array& base, p
   T* o = static_cast<T*>(out.mutable_data());
   py::gil_scoped_release release;
   rml::circuits::masked_mix<T>(d, m, b, o, n, s_tot, s, j, k, source_first, w_ptr, b_ptr, d_row,
-                               eps);
+                               eps, n_threads);
 }
 
 }  // namespace
@@ -88,7 +89,7 @@ void register_circuits(py::module_ m) {
   m.def(
       "masked_mix",
       [](py::array delta, py::array mask, py::array base, py::array out, bool source_first,
-         py::object ln_w, py::object ln_b, double eps) {
+         py::object ln_w, py::object ln_b, double eps, int n_threads) {
         check_c(delta, "delta", 3);
         check_c(mask, "mask", 3);
         check_c(base, "base", 2);
@@ -97,16 +98,16 @@ void register_circuits(py::module_ m) {
           throw py::type_error("mask: expected dtype uint8");
         }
         if (delta.dtype().is(py::dtype::of<float>())) {
-          run<float>(delta, mask, base, out, source_first, ln_w, ln_b, eps);
+          run<float>(delta, mask, base, out, source_first, ln_w, ln_b, eps, n_threads);
         } else if (delta.dtype().is(py::dtype::of<double>())) {
-          run<double>(delta, mask, base, out, source_first, ln_w, ln_b, eps);
+          run<double>(delta, mask, base, out, source_first, ln_w, ln_b, eps, n_threads);
         } else {
           throw py::type_error("delta: expected dtype float32 or float64");
         }
       },
       "delta"_a, "mask"_a, "base"_a, "out"_a, "source_first"_a = false, "ln_w"_a = py::none(),
-      "ln_b"_a = py::none(), "eps"_a = 1e-5,
+      "ln_b"_a = py::none(), "eps"_a = 1e-5, "n_threads"_a = 0,
       "out[n, j] = base[j] + sum_{s < S} (mask[n, s, j] != 0) * delta[n, s] (sparse gather-add); "
       "source_first: delta (S_tot, N, K) and out (J, N, K); ln_w/ln_b: layer norm of every "
-      "length-D row of the output.");
+      "length-D row of the output; n_threads <= 0: the OpenMP default.");
 }

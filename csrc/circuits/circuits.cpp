@@ -1,5 +1,7 @@
 #include "circuits/circuits.hpp"
 
+#include "common/parallel.hpp"
+
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -41,10 +43,12 @@ void layer_norm_rows(T* x, std::int64_t k, std::int64_t d, const T* w, const T* 
 template <typename T>
 void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out, std::int64_t n,
                 std::int64_t s_tot, std::int64_t s, std::int64_t j, std::int64_t k,
-                bool source_first, const T* ln_w, const T* ln_b, std::int64_t d, double eps) {
+                bool source_first, const T* ln_w, const T* ln_b, std::int64_t d, double eps,
+                int n_threads) {
   const std::int64_t total = n * j;
+  const int nt = n_threads > 0 ? n_threads : rml::max_threads();
   // small problems run serially: waking a thread team costs more than the work
-#pragma omp parallel if (total * k > (1 << 15))
+#pragma omp parallel num_threads(nt) if (nt > 1 && total * k > (1 << 15))
   {
     std::vector<std::int64_t> active(static_cast<std::size_t>(s > 0 ? s : 1));
 #pragma omp for schedule(dynamic, 4)
@@ -97,10 +101,10 @@ void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out,
 template void masked_mix<float>(const float*, const std::uint8_t*, const float*, float*,
                                 std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                 std::int64_t, bool, const float*, const float*, std::int64_t,
-                                double);
+                                double, int);
 template void masked_mix<double>(const double*, const std::uint8_t*, const double*, double*,
                                  std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                  std::int64_t, bool, const double*, const double*, std::int64_t,
-                                 double);
+                                 double, int);
 
 }  // namespace rml::circuits

@@ -21,7 +21,8 @@ Two options serve the batched circuit evaluator: ``source_first=True`` takes ``d
 ``(S_tot, N, K)`` and returns ``(J, N, K)`` (one destination's rows over all runs are then one
 contiguous matrix, ready for a per-head GEMM), and ``ln=(w, b, eps)`` layer-normalises every
 length-``D`` row of the output (``K = P * D``), fused into the C++ kernel while the block is in
-cache (the other backends apply it afterwards).
+cache (the other backends apply it afterwards). The C++ kernel runs on as many OpenMP threads
+as torch's intra-op pool (``torch.get_num_threads()``).
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ def _mix_native(
     b = base.detach().contiguous()
     if out is None:
         out = torch.empty(*((j, n) if source_first else (n, j)), k, dtype=delta.dtype)
-    kw: dict[str, Any] = {"source_first": source_first}
+    # as many threads as torch's intra-op pool (torch.set_num_threads governs both)
+    kw: dict[str, Any] = {"source_first": source_first, "n_threads": torch.get_num_threads()}
     if ln is not None:
         w, lb, eps = ln
         kw["ln_w"] = w.detach().contiguous().numpy()
