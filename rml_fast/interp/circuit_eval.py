@@ -190,7 +190,9 @@ def evaluate_masks(
     pos = metric.pos % n_pos if fast else n_pos - 1
     keep = pos + 1 if fast else n_pos  # causal: later positions cannot affect position pos
     with torch.no_grad():
-        _, src_clean = source_activations(model, clean[:, :keep])
+        # the circuit run needs only the clean input embedding (every other source is recomputed)
+        emb = model.W_E[clean[0, :keep]] + model.W_pos[:keep]  # [P, D]
+        src_clean = emb.expand(graph.n_fwd, keep, cfg.d_model)[None]  # shape/dtype/device only
         abl = _ablated(model, corrupt, ablation, keep, src_clean)
         if chunk is None:
             per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
@@ -210,7 +212,7 @@ def evaluate_masks(
         for start in tqdm(starts, desc="circuits", disable=not progress, leave=False):
             outs.append(
                 _batched_forward(
-                    model, graph, src_clean[0], abl, masks[start : start + chunk], metric,
+                    model, graph, emb, abl, masks[start : start + chunk], metric,
                     pos if fast else None, _KERNEL_BACKEND[backend], path,
                     ablation == "patching", abl_cum,
                 )
@@ -223,7 +225,7 @@ def evaluate_masks(
 def _batched_forward(
     model: Any,
     graph: EdgeGraph,
-    clean_src: torch.Tensor,
+    emb: torch.Tensor,
     abl: torch.Tensor,
     masks: torch.Tensor,
     metric: Any,
@@ -244,7 +246,7 @@ def _batched_forward(
     # mixed inputs come out destination-first, so that each head's q/k/v inputs over all runs
     # are one contiguous [n*P, D] matrix (one GEMM per head, no transposes).
     delta = torch.empty(n_fwd, n, k, dtype=abl.dtype, device=abl.device)
-    delta[0] = (clean_src[0] - abl[0]).reshape(k)
+    delta[0] = (emb - abl[0]).reshape(k)
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
     # one output buffer per destination count, re-used by every layer
