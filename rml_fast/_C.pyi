@@ -199,5 +199,6 @@ class circuits:  # submodule rml_fast._C.circuits
         ln_w: npt.NDArray[np.floating[Any]] | None = None,
         ln_b: npt.NDArray[np.floating[Any]] | None = None,
         eps: float = 1e-5,
+        need: npt.NDArray[np.uint8] | None = None,
         n_threads: int = 0,
     ) -> None: ...

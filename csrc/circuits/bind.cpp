@@ -24,7 +24,7 @@ void check_c(const py::array& a, const char* name, py::ssize_t ndim) {
 template <typename T>
 void run(const py::array& delta, const py::array& mask, const py::array& base, py::array& out,
          bool source_first, const py::object& ln_w, const py::object& ln_b, double eps,
-         int n_threads) {
+         const py::object& need, int n_threads) {
   const py::array& out_c = out;
   for (const py::array* a : {&delta, &base, &out_c}) {
     if (!a->dtype().is(py::dtype::of<T>())) {
@@ -73,13 +73,26 @@ void run(const py::array& delta, const py::array& mask, const py::array& base, p
     throw py::value_error("ln_b: given without ln_w");
   }
   if (!(eps > 0.0)) throw py::value_error("eps: expected a positive number");
+  const std::uint8_t* need_ptr = nullptr;
+  py::array need_arr;
+  if (!need.is_none()) {
+    need_arr = need.cast<py::array>();
+    check_c(need_arr, "need", 2);
+    if (!need_arr.dtype().is(py::dtype::of<std::uint8_t>())) {
+      throw py::type_error("need: expected dtype uint8");
+    }
+    if (need_arr.shape(0) != n || need_arr.shape(1) != j) {
+      throw py::value_error("need must have shape (N, J)");
+    }
+    need_ptr = static_cast<const std::uint8_t*>(need_arr.data());
+  }
   const T* d = static_cast<const T*>(delta.data());
   const auto* m = static_cast<const std::uint8_t*>(mask.data());
   const T* b = static_cast<const T*>(base.data());
   T* o = static_cast<T*>(out.mutable_data());
   py::gil_scoped_release release;
   rml::circuits::masked_mix<T>(d, m, b, o, n, s_tot, s, j, k, source_first, w_ptr, b_ptr, d_row,
-                               eps, n_threads);
+                               eps, need_ptr, n_threads);
 }
 
 }  // namespace
@@ -89,7 +102,7 @@ void register_circuits(py::module_ m) {
   m.def(
       "masked_mix",
       [](py::array delta, py::array mask, py::array base, py::array out, bool source_first,
-         py::object ln_w, py::object ln_b, double eps, int n_threads) {
+         py::object ln_w, py::object ln_b, double eps, py::object need, int n_threads) {
         check_c(delta, "delta", 3);
         check_c(mask, "mask", 3);
         check_c(base, "base", 2);
@@ -98,16 +111,18 @@ void register_circuits(py::module_ m) {
           throw py::type_error("mask: expected dtype uint8");
         }
         if (delta.dtype().is(py::dtype::of<float>())) {
-          run<float>(delta, mask, base, out, source_first, ln_w, ln_b, eps, n_threads);
+          run<float>(delta, mask, base, out, source_first, ln_w, ln_b, eps, need, n_threads);
         } else if (delta.dtype().is(py::dtype::of<double>())) {
-          run<double>(delta, mask, base, out, source_first, ln_w, ln_b, eps, n_threads);
+          run<double>(delta, mask, base, out, source_first, ln_w, ln_b, eps, need, n_threads);
         } else {
           throw py::type_error("delta: expected dtype float32 or float64");
         }
       },
       "delta"_a, "mask"_a, "base"_a, "out"_a, "source_first"_a = false, "ln_w"_a = py::none(),
-      "ln_b"_a = py::none(), "eps"_a = 1e-5, "n_threads"_a = 0,
+      "ln_b"_a = py::none(), "eps"_a = 1e-5, "need"_a = py::none(),
+      "n_threads"_a = 0,
       "out[n, j] = base[j] + sum_{s < S} (mask[n, s, j] != 0) * delta[n, s] (sparse gather-add); "
       "source_first: delta (S_tot, N, K) and out (J, N, K); ln_w/ln_b: layer norm of every "
-      "length-D row of the output; n_threads <= 0: the OpenMP default.");
+      "length-D row of the output; need (N, J) uint8: blocks with need == 0 are zeroed "
+      "instead; n_threads <= 0: the OpenMP default.");
 }

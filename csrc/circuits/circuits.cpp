@@ -44,9 +44,19 @@ template <typename T>
 void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out, std::int64_t n,
                 std::int64_t s_tot, std::int64_t s, std::int64_t j, std::int64_t k,
                 bool source_first, const T* ln_w, const T* ln_b, std::int64_t d, double eps,
-                int n_threads) {
+                const std::uint8_t* need, int n_threads) {
   const std::int64_t total = n * j;
   const int nt = n_threads > 0 ? n_threads : rml::max_threads();
+  // blocks without active sources are LN(base[j]): normalise each base row once
+  std::vector<T> base_ln;
+  const T* base0 = base;
+  if (ln_w != nullptr && n > 1) {
+    base_ln.assign(base, base + j * k);
+    for (std::int64_t ij = 0; ij < j; ++ij) {
+      layer_norm_rows(base_ln.data() + ij * k, k, d, ln_w, ln_b, eps);
+    }
+    base0 = base_ln.data();
+  }
   // small problems run serially: waking a thread team costs more than the work
 #pragma omp parallel num_threads(nt) if (nt > 1 && total * k > (1 << 15))
   {
@@ -55,12 +65,21 @@ void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out,
     for (std::int64_t idx = 0; idx < total; ++idx) {
       const std::int64_t in = idx / j;
       const std::int64_t ij = idx % j;
+      T* dst = out + (source_first ? ij * n + in : idx) * k;
+      if (need != nullptr && need[idx] == 0) {
+        std::memset(dst, 0, static_cast<std::size_t>(k) * sizeof(T));
+        continue;
+      }
       const std::uint8_t* mcol = mask + in * s * j + ij;
       std::size_t n_active = 0;
       for (std::int64_t is = 0; is < s; ++is) {
         if (mcol[is * j] != 0) active[n_active++] = is;
       }
-      T* dst = out + (source_first ? ij * n + in : idx) * k;
+      if (n_active == 0) {
+        std::memcpy(dst, base0 + ij * k, static_cast<std::size_t>(k) * sizeof(T));
+        if (ln_w != nullptr && base0 == base) layer_norm_rows(dst, k, d, ln_w, ln_b, eps);
+        continue;
+      }
       const T* src = base + ij * k;
       // row of source `is` of run `in`
       const std::int64_t d_stride = source_first ? n * k : k;
@@ -68,9 +87,7 @@ void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out,
       // The first pass reads base (no separate copy); then two sources per pass halve the
       // traffic on dst. The sum order is fixed: base, then the sources in ascending order.
       std::size_t a = 0;
-      if (n_active == 0) {
-        std::memcpy(dst, src, static_cast<std::size_t>(k) * sizeof(T));
-      } else if (n_active == 1) {
+      if (n_active == 1) {
         const T* x0 = dbase + active[0] * d_stride;
 #pragma omp simd
         for (std::int64_t i = 0; i < k; ++i) dst[i] = src[i] + x0[i];
@@ -101,10 +118,10 @@ void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out,
 template void masked_mix<float>(const float*, const std::uint8_t*, const float*, float*,
                                 std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                 std::int64_t, bool, const float*, const float*, std::int64_t,
-                                double, int);
+                                double, const std::uint8_t*, int);
 template void masked_mix<double>(const double*, const std::uint8_t*, const double*, double*,
                                  std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                  std::int64_t, bool, const double*, const double*, std::int64_t,
-                                 double, int);
+                                 double, const std::uint8_t*, int);
 
 }  // namespace rml::circuits

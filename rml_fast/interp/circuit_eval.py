@@ -252,7 +252,9 @@ def _batched_forward(
     # one output buffer per destination count, re-used by every layer
     buffers: dict[int, torch.Tensor] = {}
 
-    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor, ln: Any) -> torch.Tensor:
+    def mix(
+        limit: int, j0: int, j1: int, base_vec: torch.Tensor, ln: Any, need: Any = None
+    ) -> torch.Tensor:
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
         if j1 - j0 not in buffers:
@@ -260,7 +262,7 @@ def _batched_forward(
         lnt = None if ln is None else (ln.w, ln.b, 1e-5)
         return masked_mix(
             delta, m, base, path=path, backend=backend, out=buffers[j1 - j0],
-            source_first=True, ln=lnt,
+            source_first=True, ln=lnt, need=need,
         )  # fmt: skip
 
     # A node's output in run n matters only if some edge out of it is kept; under patching
@@ -273,10 +275,12 @@ def _batched_forward(
     for layer, block in enumerate(model.blocks):
         start = graph.head_index(layer, 0)
         j0 = graph.qkv_index(layer, 0, "q")
-        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias, block.ln1)  # [3H, n, k]
         active = uses_out[:, start : start + H]
         if patching:
             active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
+        # the q/k/v inputs of inactive (run, head) pairs are not needed: the kernel skips them
+        need = active.repeat(1, 3)  # [n, 3H], columns (q|k|v, head)
+        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias, block.ln1, need)  # [3H, n, k]
         act_t = active.T  # [H, n]
         # In the last layer a LogitDiff reads only the answer position (the last kept one):
         # the heads' queries, their results and the MLP are computed there only.
@@ -321,7 +325,8 @@ def _batched_forward(
                     )[0]  # [n, D]  # fmt: skip
                     a_m = abl[mi, pos]
                 else:
-                    xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, block.ln2)[0]  # [n, k]
+                    xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, block.ln2, act_m[:, None])
+                    xm = xm[0]  # [n, k]
                     a_m = abl[mi].reshape(k)
                 xm = xm if rows.numel() == n else xm[rows]
                 width = xm.shape[-1]

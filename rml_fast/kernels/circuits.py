@@ -78,6 +78,7 @@ def masked_mix(
     out: Any = None,
     source_first: bool = False,
     ln: tuple[Any, Any, float] | None = None,
+    need: Any = None,
 ) -> Any:
     """Mix source deltas into destination inputs under per-run edge masks.
 
@@ -124,6 +125,12 @@ def masked_mix(
     delta, mask, base = _validate(delta, mask, base, source_first)
     ln = _check_ln(ln, delta)
     n, j, k = mask.shape[0], mask.shape[2], delta.shape[2]
+    import torch
+
+    if need is not None and (
+        not isinstance(need, torch.Tensor) or need.dtype != torch.bool or need.shape != (n, j)
+    ):
+        raise ValueError(f"need must be a bool tensor of shape {(n, j)}")
     shape = (j, n, k) if source_first else (n, j, k)
     if out is not None:
         if not isinstance(out, type(delta)) or tuple(out.shape) != shape:
@@ -136,7 +143,7 @@ def masked_mix(
         density = float(mask.float().mean()) if mask.numel() else 0.0
         path = "sparse" if density < SPARSE_DENSITY else "dense"
     if path == "sparse" and backend in ("auto", "native") and delta.device.type == "cpu":
-        return _mix_native(delta, mask, base, out, source_first, ln)  # LN fused
+        return _mix_native(delta, mask, base, out, source_first, ln, need)  # LN fused
     if path == "dense" and backend in ("auto", "native", "triton"):
         res = _dense(delta, mask, base, source_first)
     else:
@@ -145,7 +152,10 @@ def masked_mix(
             device=device_of(delta), backend=backend,
         )  # fmt: skip
         res = res.transpose(0, 1) if source_first else res
-    return _finish(res, ln, out)
+    res = _finish(res, ln, out)
+    if need is not None:
+        res[~(need.T if source_first else need)] = 0.0
+    return res
 
 
 def _check_ln(ln: Any, delta: Any) -> tuple[Any, Any, float] | None:
@@ -239,6 +249,7 @@ def _mix_native(
     out: Any,
     source_first: bool = False,
     ln: tuple[Any, Any, float] | None = None,
+    need: Any = None,
 ) -> Any:
     import torch
 
@@ -262,6 +273,8 @@ def _mix_native(
         kw["ln_w"] = w.detach().contiguous().numpy()
         kw["ln_b"] = None if lb is None else lb.detach().contiguous().numpy()
         kw["eps"] = eps
+    if need is not None:
+        kw["need"] = need.detach().contiguous().view(torch.uint8).numpy()
     _C.circuits.masked_mix(d.numpy(), m.numpy(), b.numpy(), out.numpy(), **kw)
     return out
 
