@@ -29,7 +29,7 @@ from rml_fast._validation import Interval, check_scalar
 from rml_fast.interp.circuit_metrics import LogitDiff
 from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
-from rml_fast.models.transformer import layer_norm
+from rml_fast.models.transformer import activation, layer_norm
 
 _ABLATIONS = ("patching", "zero", "mean")
 _BACKENDS = ("auto", "torch", "cpp", "triton")
@@ -330,7 +330,7 @@ def _batched_forward(
                     a_m = abl[mi].reshape(k)
                 xm = xm if rows.numel() == n else xm[rows]
                 width = xm.shape[-1]
-                res_m = block.mlp(xm.view(-1, width // d, d)).view(-1, width) - a_m
+                res_m = _mlp(block.mlp, xm.reshape(-1, d)).view(-1, width) - a_m
                 if rows.numel() == n:
                     out_m.copy_(res_m)
                 else:
@@ -354,6 +354,12 @@ def _batched_forward(
     if model.ln_final is not None:
         resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
     return torch.as_tensor(metric(resid @ model.unembed + model.b_U))
+
+
+def _mlp(mlp: Any, x: torch.Tensor) -> torch.Tensor:
+    """The block's MLP on rows ``x [R, D]`` without hook points (same values as its forward)."""
+    h = activation(torch.addmm(mlp.b_in, x, mlp.W_in), mlp.act)
+    return torch.addmm(mlp.b_out, h, mlp.W_out)
 
 
 def _heads_all(x: torch.Tensor, attn: Any, n: int, n_pos: int) -> torch.Tensor:
