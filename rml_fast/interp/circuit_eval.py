@@ -34,7 +34,7 @@ from rml_fast.models.transformer import activation, layer_norm
 _ABLATIONS = ("patching", "zero", "mean")
 _BACKENDS = ("auto", "torch", "cpp", "triton")
 _KERNEL_BACKEND = {"auto": "auto", "torch": "reference", "cpp": "native", "triton": "triton"}
-DEFAULT_CHUNK_BYTES = 64 * 2**20  # working set of one chunk (deltas, q/k/v inputs, results)
+DEFAULT_CHUNK_BYTES = 40 * 2**20  # working set of one chunk (deltas, q/k/v inputs, results)
 
 
 def source_names(model: Any) -> list[str]:
@@ -145,7 +145,7 @@ def evaluate_masks(
         other callable gets full logits ``[n, P, V]`` and must return ``[n]``.
     ablation : {"patching", "zero", "mean"}, default="patching"
     chunk : int or None, default=None
-        Masks per batched forward (None: as many as fit in ~64 MB of working set).
+        Masks per batched forward (None: equal chunks of at most ~40 MB of working set).
     backend : {"auto", "torch", "cpp", "triton"}, default="auto"
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
@@ -198,6 +198,8 @@ def evaluate_masks(
             per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
             per_mask *= src_clean.element_size()
             chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
+            n_chunks = max(1, -(-masks.shape[0] // chunk))
+            chunk = max(1, -(-masks.shape[0] // n_chunks))  # balanced: no small last chunk
         masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
         if path == "auto" and masks.numel():  # one choice for all chunks and layers
             density = float(masks.sum()) / (masks.shape[0] * graph.n_edges)
