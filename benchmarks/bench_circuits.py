@@ -12,7 +12,14 @@ Shapes (random weights: timing does not depend on them): 2L4H D=64 (110 edges, P
 N=16 on the CPU). N in {16, 64, 256}; densities 1%, 5%, 100%. Plus the end-to-end
 ``QueryCircuitSearch.fit`` (edge sampler, N=10, 6 sizes) vs the same search with sequential
 evaluation. ``--quick``: 2L4H, N=16, density 5%. Torch runs with one intra-op thread (the
-shared 2-core CI machines oversubscribe badly with more).
+shared 2-core CI machines oversubscribe badly with more), and so does the C++ kernel (its
+OpenMP team follows ``torch.get_num_threads()``).
+
+auto-circuit (PyPI ``auto-circuit`` 1.0.1, the latest release) is not a peer here: it imports
+``transformer_lens.past_key_value_caching.HookedTransformerKeyValueCache``, which
+transformer-lens 3.x no longer has, and the newest transformer-lens with that module (2.18.0)
+pins ``numpy<2`` (pip would downgrade numpy to 1.26.4 and pandas to 2.0.3); auto-circuit also
+hard-requires ``tracr-pypi`` (JAX, dm-haiku) and ``kaleido==0.2.1``.
 """
 
 from __future__ import annotations

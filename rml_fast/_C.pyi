@@ -243,4 +243,10 @@ class circuits:  # submodule rml_fast._C.circuits
         mask: npt.NDArray[np.uint8],
         base: npt.NDArray[np.floating[Any]],
         out: npt.NDArray[np.floating[Any]],
+        source_first: bool = False,
+        ln_w: npt.NDArray[np.floating[Any]] | None = None,
+        ln_b: npt.NDArray[np.floating[Any]] | None = None,
+        eps: float = 1e-5,
+        need: npt.NDArray[np.uint8] | None = None,
+        n_threads: int = 0,
     ) -> None: ...

@@ -28,13 +28,13 @@ import torch
 from rml_fast._validation import Interval, check_scalar
 from rml_fast.interp.circuit_metrics import LogitDiff
 from rml_fast.interp.edge_graph import EdgeGraph
-from rml_fast.kernels.circuits import masked_mix
-from rml_fast.models.transformer import attention_heads, layer_norm
+from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
+from rml_fast.models.transformer import activation, layer_norm
 
 _ABLATIONS = ("patching", "zero", "mean")
 _BACKENDS = ("auto", "torch", "cpp", "triton")
 _KERNEL_BACKEND = {"auto": "auto", "torch": "reference", "cpp": "native", "triton": "triton"}
-DEFAULT_CHUNK_BYTES = 256 * 2**20
+DEFAULT_CHUNK_BYTES = 40 * 2**20  # working set of one chunk (deltas, q/k/v inputs, results)
 
 
 def source_names(model: Any) -> list[str]:
@@ -145,7 +145,7 @@ def evaluate_masks(
         other callable gets full logits ``[n, P, V]`` and must return ``[n]``.
     ablation : {"patching", "zero", "mean"}, default="patching"
     chunk : int or None, default=None
-        Masks per batched forward (None: as many as fit in ~256 MB of source deltas).
+        Masks per batched forward (None: equal chunks of at most ~40 MB of working set).
     backend : {"auto", "torch", "cpp", "triton"}, default="auto"
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
@@ -190,12 +190,23 @@ def evaluate_masks(
     pos = metric.pos % n_pos if fast else n_pos - 1
     keep = pos + 1 if fast else n_pos  # causal: later positions cannot affect position pos
     with torch.no_grad():
-        _, src_clean = source_activations(model, clean[:, :keep])
+        # the circuit run needs only the clean input embedding (every other source is recomputed)
+        emb = model.W_E[clean[0, :keep]] + model.W_pos[:keep]  # [P, D]
+        src_clean = emb.expand(graph.n_fwd, keep, cfg.d_model)[None]  # shape/dtype/device only
         abl = _ablated(model, corrupt, ablation, keep, src_clean)
         if chunk is None:
-            per_mask = graph.n_fwd * keep * cfg.d_model * src_clean.element_size() * 3
+            per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
+            per_mask *= src_clean.element_size()
             chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
+            n_chunks = max(1, -(-masks.shape[0] // chunk))
+            chunk = max(1, -(-masks.shape[0] // n_chunks))  # balanced: no small last chunk
         masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
+        if path == "auto" and masks.numel():  # one choice for all chunks and layers
+            density = float(masks.sum()) / (masks.shape[0] * graph.n_edges)
+            path = "sparse" if density < SPARSE_DENSITY else "dense"
+        abl_cum = abl.reshape(graph.n_fwd, -1).clone()  # base terms: prefix sums of abl
+        for i in range(1, graph.n_fwd):  # (a row loop: cumsum along dim 0 is slow on CPU)
+            abl_cum[i] += abl_cum[i - 1]
         outs = []
         from tqdm.auto import tqdm
 
@@ -203,9 +214,9 @@ def evaluate_masks(
         for start in tqdm(starts, desc="circuits", disable=not progress, leave=False):
             outs.append(
                 _batched_forward(
-                    model, graph, src_clean[0], abl, masks[start : start + chunk], metric,
+                    model, graph, emb, abl, masks[start : start + chunk], metric,
                     pos if fast else None, _KERNEL_BACKEND[backend], path,
-                    ablation == "patching",
+                    ablation == "patching", abl_cum,
                 )
             )  # fmt: skip
         if not outs:
@@ -216,7 +227,7 @@ def evaluate_masks(
 def _batched_forward(
     model: Any,
     graph: EdgeGraph,
-    clean_src: torch.Tensor,
+    emb: torch.Tensor,
     abl: torch.Tensor,
     masks: torch.Tensor,
     metric: Any,
@@ -224,76 +235,116 @@ def _batched_forward(
     backend: str,
     path: str,
     patching: bool,
+    abl_cum: torch.Tensor,
 ) -> torch.Tensor:
+    """The metric of every mask of one chunk; ``abl_cum[s]`` = sum of ``abl[:s+1]`` as ``[n_fwd, P*D]``."""
     cfg = model.cfg
     n, n_fwd = masks.shape[0], graph.n_fwd
     n_pos, d = abl.shape[1], abl.shape[2]
     k = n_pos * d
     H = cfg.n_heads
     masks_u8 = masks.to(torch.uint8)
-    delta = torch.zeros(n, n_fwd, k, dtype=abl.dtype, device=abl.device)
-    delta[:, 0] = (clean_src[0] - abl[0]).reshape(k)
-    abl_cum = abl.reshape(n_fwd, k).cumsum(0)  # base terms: prefix sums of ablated outputs
+    # Source-first layout: delta[s] is the [n, P*D] matrix of source s over all runs, and the
+    # mixed inputs come out destination-first, so that each head's q/k/v inputs over all runs
+    # are one contiguous [n*P, D] matrix (one GEMM per head, no transposes).
+    delta = torch.empty(n_fwd, n, k, dtype=abl.dtype, device=abl.device)
+    delta[0] = (emb - abl[0]).reshape(k)
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
     # one output buffer per destination count, re-used by every layer
     buffers: dict[int, torch.Tensor] = {}
 
-    def mix(limit: int, j0: int, j1: int, base_vec: torch.Tensor) -> torch.Tensor:
+    def mix(
+        limit: int, j0: int, j1: int, base_vec: torch.Tensor, ln: Any, need: Any = None
+    ) -> torch.Tensor:
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
         if j1 - j0 not in buffers:
-            buffers[j1 - j0] = torch.empty(n, j1 - j0, k, dtype=abl.dtype, device=abl.device)
-        return masked_mix(delta, m, base, path=path, backend=backend, out=buffers[j1 - j0])
+            buffers[j1 - j0] = torch.empty(j1 - j0, n, k, dtype=abl.dtype, device=abl.device)
+        lnt = None if ln is None else (ln.w, ln.b, 1e-5)
+        return masked_mix(
+            delta, m, base, path=path, backend=backend, out=buffers[j1 - j0],
+            source_first=True, ln=lnt, need=need,
+        )  # fmt: skip
 
     # A node's output in run n matters only if some edge out of it is kept; under patching
     # it also differs from the ablated output only if some edge into it is kept. Only those
-    # (run, node) pairs are computed; the others keep delta = 0 (exact, see above).
+    # (run, node) pairs are computed; the others get delta = 0 (exact, see above).
     uses_out = masks.any(-1)  # [n, n_fwd]
     uses_in = masks.any(-2)  # [n, n_bwd]
+    n_layers = len(model.blocks)
+    dpos = delta[:, :, :d]  # replaced by the answer-position deltas before the last layer
     for layer, block in enumerate(model.blocks):
         start = graph.head_index(layer, 0)
         j0 = graph.qkv_index(layer, 0, "q")
-        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias).view(n, 3, H, k)
         active = uses_out[:, start : start + H]
         if patching:
             active = active & uses_in[:, j0 : j0 + 3 * H].view(n, 3, H).any(1)
-        if float(active.float().mean()) > 0.5:  # dense: every head of every run at once
-            xs = x.view(n, 3, H, n_pos, d)
-            if block.ln1 is not None:  # one LN over the contiguous buffer, not three on views
-                xs = layer_norm(xs, block.ln1.w, block.ln1.b)
-            xs = xs.permute(1, 0, 3, 2, 4)  # [3, n, P, H, D]
-            res_all = attention_heads(xs[0], xs[1], xs[2], block.attn, None, hooked=False)
-            delta[:, start : start + H] = (
-                res_all.transpose(1, 2) - abl[start : start + H]
-            ).reshape(n, H, k) * active[:, :, None]
-            rn = rh = torch.zeros(0, dtype=torch.long)
+        # the q/k/v inputs of inactive (run, head) pairs are not needed: the kernel skips them
+        need = active.repeat(1, 3)  # [n, 3H], columns (q|k|v, head)
+        x = mix(start, j0, j0 + 3 * H, abl_cum[start - 1] + bias, block.ln1, need)  # [3H, n, k]
+        act_t = active.T  # [H, n]
+        # In the last layer a LogitDiff reads only the answer position (the last kept one):
+        # the heads' queries, their results and the MLP are computed there only.
+        last = pos is not None and layer == n_layers - 1
+        if last:
+            dpos = delta.view(n_fwd, n, n_pos, d)[:, :, pos].contiguous()  # [n_fwd, n, D]
+            res = _heads_last(x.view(3, H, n, n_pos, d), block.attn)  # [H, n, D]
+            out_h = dpos[start : start + H]
+            torch.sub(res, abl[start : start + H, pos].unsqueeze(1), out=out_h)
+            if not bool(act_t.all()):
+                out_h[~act_t] = 0.0
+        elif float(active.float().mean()) > 0.5:  # dense: every head of every run at once
+            out_h = delta[start : start + H]  # [H, n, k]
+            res = _heads_all(x.view(3, H, n * n_pos, d), block.attn, n, n_pos)  # [H, n*P, D]
+            torch.sub(res.view(H, n, k), abl[start : start + H].reshape(H, 1, k), out=out_h)
+            if not bool(act_t.all()):
+                out_h[~act_t] = 0.0
         else:
-            rn, rh = torch.nonzero(active, as_tuple=True)
-        if rn.numel():
-            xin = x[rn, :, rh].view(-1, 3, n_pos, d)  # [A, 3, P, D]
-            res = _head_pairs(xin, rh, block.attn, block.ln1)  # [A, P, D]
-            delta[rn, start + rh] = (res - abl[start + rh]).reshape(-1, k)
+            out_h = delta[start : start + H]
+            out_h.zero_()
+            rh, rn = torch.nonzero(act_t, as_tuple=True)
+            if rn.numel():
+                xin = x.view(3, H, n, n_pos, d)[:, rh, rn].transpose(0, 1)  # [A, 3, P, D]
+                res = _head_pairs(xin, rh, block.attn, None)  # [A, P, D] (LN already applied)
+                out_h[rh, rn] = (res - abl[start + rh]).reshape(-1, k)
         bias = bias + block.attn.b_O.repeat(n_pos)
         if block.mlp is not None:
             mi = graph.mlp_index(layer)
             jm = graph.mlp_in_index(layer)
             act_m = uses_out[:, mi] & (uses_in[:, jm] if patching else True)
             rows = torch.nonzero(act_m).flatten()
+            out_m = dpos[mi] if last else delta[mi]  # [n, D] or [n, k]
+            if rows.numel() < n:
+                out_m.zero_()
             if rows.numel():
-                xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias)[rows].view(-1, n_pos, d)
-                if block.ln2 is not None:
-                    xm = layer_norm(xm, block.ln2.w, block.ln2.b)
-                delta[rows, mi] = (block.mlp(xm) - abl[mi]).reshape(-1, k)
+                if last:
+                    lnt = None if block.ln2 is None else (block.ln2.w, block.ln2.b, 1e-5)
+                    xm = masked_mix(
+                        dpos, masks_u8[:, :mi, jm : jm + 1],
+                        (abl_cum[mi - 1] + bias).view(n_pos, d)[pos : pos + 1],
+                        path=path, backend=backend, source_first=True, ln=lnt,
+                    )[0]  # [n, D]  # fmt: skip
+                    a_m = abl[mi, pos]
+                else:
+                    xm = mix(mi, jm, jm + 1, abl_cum[mi - 1] + bias, block.ln2, act_m[:, None])
+                    xm = xm[0]  # [n, k]
+                    a_m = abl[mi].reshape(k)
+                xm = xm if rows.numel() == n else xm[rows]
+                width = xm.shape[-1]
+                res_m = _mlp(block.mlp, xm.reshape(-1, d)).view(-1, width) - a_m
+                if rows.numel() == n:
+                    out_m.copy_(res_m)
+                else:
+                    out_m[rows] = res_m
     # final residual: only the answer position when the metric is a LogitDiff
     jl = graph.logits_index
     if pos is not None:
-        dpos = delta.view(n, n_fwd, n_pos, d)[:, :, pos].contiguous()
         base = (abl_cum[-1] + bias).view(n_pos, d)[pos]
         resid = masked_mix(
-            dpos, masks_u8[:, :, jl : jl + 1], base[None], path=path, backend=backend
-        )
-        resid = resid[:, 0]  # [n, D]
+            dpos, masks_u8[:, :, jl : jl + 1], base[None], path=path, backend=backend,
+            source_first=True,
+        )[0]  # [n, D]  # fmt: skip
         if model.ln_final is not None:
             resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
         ids = metric.token_ids().to(resid.device)
@@ -301,10 +352,53 @@ def _batched_forward(
         rows = torch.full((n, cfg.d_vocab), float("nan"), dtype=sel.dtype, device=sel.device)
         rows[:, ids] = sel
         return metric.from_rows(rows)
-    resid = mix(n_fwd, jl, jl + 1, abl_cum[-1] + bias).view(n, n_pos, d)
+    resid = mix(n_fwd, jl, jl + 1, abl_cum[-1] + bias, None)[0].view(n, n_pos, d)
     if model.ln_final is not None:
         resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)
     return torch.as_tensor(metric(resid @ model.unembed + model.b_U))
+
+
+def _mlp(mlp: Any, x: torch.Tensor) -> torch.Tensor:
+    """The block's MLP on rows ``x [R, D]`` without hook points (same values as its forward)."""
+    h = activation(torch.addmm(mlp.b_in, x, mlp.W_in), mlp.act)
+    return torch.addmm(mlp.b_out, h, mlp.W_out)
+
+
+def _heads_all(x: torch.Tensor, attn: Any, n: int, n_pos: int) -> torch.Tensor:
+    """Every head of every run: ``x [3, H, n*P, D]`` (layer-normed q/k/v inputs, run-major rows).
+
+    Returns the head results ``z_h W_O^h`` of shape ``[H, n*P, D]`` (no ``b_O``).
+    """
+    H = x.shape[1]
+    q = torch.baddbmm(attn.b_Q[:, None], x[0], attn.W_Q)  # [H, n*P, dh]
+    kk = torch.baddbmm(attn.b_K[:, None], x[1], attn.W_K)
+    v = torch.baddbmm(attn.b_V[:, None], x[2], attn.W_V)
+    dh = q.shape[-1]
+    q, kk, v = (t.view(H * n, n_pos, dh) for t in (q, kk, v))
+    causal = torch.full((n_pos, n_pos), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
+    scores = torch.baddbmm(
+        causal.expand(H * n, n_pos, n_pos), q, kk.transpose(1, 2), alpha=1.0 / math.sqrt(dh)
+    )  # causal mask added in the GEMM's epilogue
+    pattern = torch.softmax(scores, dim=-1)
+    z = torch.bmm(pattern, v).view(H, n * n_pos, dh)
+    return torch.bmm(z, attn.W_O)
+
+
+def _heads_last(x: torch.Tensor, attn: Any) -> torch.Tensor:
+    """Every head of every run at the last position only: ``x [3, H, n, P, D]`` (layer-normed).
+
+    Returns the head results at the last position, ``[H, n, D]`` (no ``b_O``); the keys and
+    values use all positions (no causal mask is needed for the last query).
+    """
+    _, H, n, n_pos, d = x.shape
+    q = torch.baddbmm(attn.b_Q[:, None], x[0, :, :, -1], attn.W_Q)  # [H, n, dh]
+    kk = torch.baddbmm(attn.b_K[:, None], x[1].reshape(H, n * n_pos, d), attn.W_K)
+    v = torch.baddbmm(attn.b_V[:, None], x[2].reshape(H, n * n_pos, d), attn.W_V)
+    dh = q.shape[-1]
+    kk, v = kk.view(H * n, n_pos, dh), v.view(H * n, n_pos, dh)
+    scores = torch.bmm(q.reshape(H * n, 1, dh), kk.transpose(1, 2)) / math.sqrt(dh)
+    z = torch.bmm(torch.softmax(scores, dim=-1), v).view(H, n, dh)
+    return torch.bmm(z, attn.W_O)
 
 
 def _head_pairs(x: torch.Tensor, heads: torch.Tensor, attn: Any, ln: Any) -> torch.Tensor:

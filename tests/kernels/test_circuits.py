@@ -132,3 +132,77 @@ def test_out_buffer(backend, path):
         masked_mix(delta, mask, base, out=out[:2])
     with pytest.raises(ValueError, match="out"):
         masked_mix(delta, mask, base, out=out.float())
+
+
+def _ln_rows(x, w, b, d, eps=1e-5):
+    """The obvious per-row layer norm of every length-d row of x[..., K]."""
+    rows = x.reshape(-1, d)
+    mu = rows.mean(-1, keepdim=True)
+    var = ((rows - mu) ** 2).mean(-1, keepdim=True)
+    y = (rows - mu) / torch.sqrt(var + eps) * w + (0 if b is None else b)
+    return y.reshape(x.shape)
+
+
+@pytest.mark.parametrize("backend", ["native", "triton", "reference"])
+@pytest.mark.parametrize("path", ["dense", "sparse"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_source_first_layer_norm_and_need(backend, path, dtype, with_bias):
+    if backend == "triton":
+        pytest.importorskip("triton")
+    n, s_tot, s, j, d = 5, 9, 7, 6, 8
+    delta, mask, base = _inputs(n, s_tot, s, j, 3 * d, 0.3, dtype, seed=6)
+    mask[0] = False  # a run without active sources: its blocks are LN(base)
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(d, generator=g, dtype=torch.float64).to(dtype)
+    b = torch.randn(d, generator=g, dtype=torch.float64).to(dtype) if with_bias else None
+    need = torch.rand(n, j, generator=g) < 0.7
+    expect = _ln_rows(_loop(delta, mask, base), w, b, d) * need[:, :, None]  # [n, j, K]
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+    # batch-first and source-first layouts, with and without the fused layer norm
+    out = masked_mix(delta, mask, base, path=path, backend=backend, ln=(w, b, 1e-5), need=need)
+    torch.testing.assert_close(out, expect, rtol=tol, atol=tol)
+    delta_sf = delta.transpose(0, 1).contiguous()
+    out = masked_mix(
+        delta_sf, mask, base, path=path, backend=backend, source_first=True, ln=(w, b, 1e-5),
+        need=need,
+    )  # fmt: skip
+    assert out.shape == (j, n, 3 * d)
+    torch.testing.assert_close(out, expect.transpose(0, 1), rtol=tol, atol=tol)
+    plain = masked_mix(delta_sf, mask, base, path=path, backend=backend, source_first=True)
+    torch.testing.assert_close(plain, _loop(delta, mask, base).transpose(0, 1), rtol=tol, atol=tol)
+    ref = masked_mix_reference(delta_sf, mask, base, source_first=True, ln=(w, b, 1e-5))
+    torch.testing.assert_close(ref * need.T[:, :, None], expect.transpose(0, 1), rtol=tol, atol=tol)
+
+
+def test_native_threads_do_not_change_the_result():
+    from rml_fast._native import _C
+
+    delta, mask, base = _inputs(16, 12, 12, 10, 4096, 0.3, torch.float32, seed=8)
+    m = mask.to(torch.uint8).numpy()
+    outs = []
+    for nt in (1, 2):
+        out = torch.empty(16, 10, 4096)
+        _C.circuits.masked_mix(delta.numpy(), m, base.numpy(), out.numpy(), n_threads=nt)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[0], masked_mix_reference(delta, mask, base))
+
+
+def test_layer_norm_and_need_invalid():
+    delta, mask, base = _inputs(2, 4, 4, 3, 8, 0.5, torch.float32)
+    w = torch.ones(4)
+    with pytest.raises(ValueError, match="ln"):
+        masked_mix(delta, mask, base, ln=(torch.ones(3), None, 1e-5))  # 3 does not divide 8
+    with pytest.raises(ValueError, match="ln"):
+        masked_mix(delta, mask, base, ln=(w.double(), None, 1e-5))
+    with pytest.raises(ValueError, match="ln"):
+        masked_mix(delta, mask, base, ln=(w, torch.ones(5), 1e-5))
+    with pytest.raises(ValueError, match="eps"):
+        masked_mix(delta, mask, base, ln=(w, None, 0.0))
+    with pytest.raises(TypeError, match="ln"):
+        masked_mix(delta, mask, base, ln=w)
+    with pytest.raises(ValueError, match="need"):
+        masked_mix(delta, mask, base, need=torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask"):  # source-first delta of the wrong shape
+        masked_mix(delta, mask, base, source_first=True)
