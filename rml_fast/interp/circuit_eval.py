@@ -31,7 +31,7 @@ from rml_fast._validation import Interval, check_scalar
 from rml_fast.interp.circuit_metrics import LogitDiff
 from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
-from rml_fast.models.transformer import activation, layer_norm
+from rml_fast.models.transformer import layer_norm
 
 _ABLATIONS = ("patching", "zero", "mean")
 _BACKENDS = ("auto", "torch", "cpp", "triton")
@@ -593,4 +593,8 @@ def _hooked_single(
 
 __all__ = [
     "clear_workspace",
-    "evaluate_masks", "evaluate_masks_hooked", "source_activations", "stack_sources"]
+    "evaluate_masks",
+    "evaluate_masks_hooked",
+    "source_activations",
+    "stack_sources",
+]
