@@ -79,16 +79,28 @@ def _check_tokens(model: Any, x: Any, name: str, batch_one: bool) -> torch.Tenso
 
 # Per-model cache of the ablated activations: repeated calls on the same query (as
 # QueryCircuitSearch makes) skip the forward on the corrupted prompt. An entry is valid while
-# the model's parameters are the same tensors (identity, storage) at the same in-place version
-# and the corrupted tokens, ablation and positions are equal; otherwise it is recomputed.
+# every parameter and buffer of the model is the same storage (the entry holds a detached
+# alias of each, so a replaced storage cannot come back at the same address) at the same
+# in-place version counter, and the corrupted tokens, ablation, positions, dtype and device
+# are equal; otherwise it is recomputed. One entry per model, dropped with the model.
 _ABL_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, tuple[torch.Tensor, torch.Tensor]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _weights_key(model: Any) -> tuple[Any, ...]:
+def _weights_state(model: Any) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
     tensors = (*model.parameters(), *model.buffers())
-    return tuple((id(t), t.data_ptr(), t._version) for t in tensors)
+    return tuple(t.detach() for t in tensors), tuple(t._version for t in tensors)
+
+
+def _weights_unchanged(model: Any, state: tuple[tuple[torch.Tensor, ...], tuple[int, ...]]) -> bool:
+    tensors = (*model.parameters(), *model.buffers())
+    aliases, versions = state
+    return len(tensors) == len(aliases) and all(
+        a.data_ptr() == t.data_ptr() and a.dtype == t.dtype and a.shape == t.shape
+        and v == t._version
+        for a, v, t in zip(aliases, versions, tensors, strict=True)
+    )  # fmt: skip
 
 
 def _ablated(
@@ -111,10 +123,10 @@ def _ablated(
         toks = corrupt[:, :n_pos] if ablation != "zero" else corrupt[:, :0]
         key = (
             ablation, n_pos, like.dtype, like.device, tuple(toks.shape),
-            toks.cpu().numpy().tobytes(), _weights_key(model),
+            toks.cpu().numpy().tobytes(),
         )  # fmt: skip
         hit = _ABL_CACHE.get(model)
-        if hit is not None and hit[0] == key:
+        if hit is not None and hit[0][0] == key and _weights_unchanged(model, hit[0][1]):
             return hit[1]
     if ablation == "zero":
         abl = torch.zeros(shape, dtype=like.dtype, device=like.device)
@@ -125,7 +137,7 @@ def _ablated(
     for i in range(1, n_fwd):  # (a row loop: cumsum along dim 0 is slow on CPU)
         abl_cum[i] += abl_cum[i - 1]
     if cache:
-        _ABL_CACHE[model] = (key, (abl, abl_cum))
+        _ABL_CACHE[model] = ((key, _weights_state(model)), (abl, abl_cum))
     return abl, abl_cum
 
 
