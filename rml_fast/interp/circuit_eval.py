@@ -225,7 +225,8 @@ def evaluate_masks(
         other callable gets full logits ``[n, P, V]`` and must return ``[n]``.
     ablation : {"patching", "zero", "mean"}, default="patching"
     chunk : int or None, default=None
-        Masks per batched forward (None: equal chunks of at most ~40 MB of working set).
+        Masks per batched forward (None: equal chunks of at most ~40 MB of working set, or of
+        half the model's weight bytes if that is larger, so that weight traffic is amortised).
     backend : {"auto", "torch", "cpp", "triton"}, default="auto"
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
@@ -282,7 +283,10 @@ def evaluate_masks(
         if chunk is None:
             per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
             per_mask *= src_clean.element_size()
-            chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
+            # every chunk streams all weights once: a model whose weights dwarf the working set
+            # (12L12H: 328 MB against 20 MB per mask) gets chunks of up to half its weight bytes
+            weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+            chunk = max(1, max(DEFAULT_CHUNK_BYTES, weight_bytes // 2) // per_mask)
             n_chunks = max(1, -(-masks.shape[0] // chunk))
             chunk = max(1, -(-masks.shape[0] // n_chunks))  # balanced: no small last chunk
         masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
