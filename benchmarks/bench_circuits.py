@@ -15,6 +15,10 @@ evaluation. ``--quick``: 2L4H, N=16, density 5%. Torch runs with one intra-op th
 shared 2-core CI machines oversubscribe badly with more), and so does the C++ kernel (its
 OpenMP team follows ``torch.get_num_threads()``).
 
+Both sides get the ablated activations (the forward on the corrupted prompt) from the same
+per-model cache (``rml_fast.interp.circuit_eval._ablated``), so after the untimed warm-up call
+neither side's timed runs include that forward: the comparison is measured the same way.
+
 auto-circuit (PyPI ``auto-circuit`` 1.0.1, the latest release) is not a peer here: it imports
 ``transformer_lens.past_key_value_caching.HookedTransformerKeyValueCache``, which
 transformer-lens 3.x no longer has, and the newest transformer-lens with that module (2.18.0)

@@ -20,6 +20,8 @@ mask, with hooks that rewrite each destination input (as EAP-IG's ``evaluate_gra
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +31,7 @@ from rml_fast._validation import Interval, check_scalar
 from rml_fast.interp.circuit_metrics import LogitDiff
 from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
-from rml_fast.models.transformer import activation, layer_norm
+from rml_fast.models.transformer import layer_norm
 
 _ABLATIONS = ("patching", "zero", "mean")
 _BACKENDS = ("auto", "torch", "cpp", "triton")
@@ -75,14 +77,91 @@ def _check_tokens(model: Any, x: Any, name: str, batch_one: bool) -> torch.Tenso
     return x.long()
 
 
+# Per-model cache of the ablated activations: repeated calls on the same query (as
+# QueryCircuitSearch makes) skip the forward on the corrupted prompt. An entry is valid while
+# every parameter and buffer of the model is the same storage (the entry holds a detached
+# alias of each, so a replaced storage cannot come back at the same address) at the same
+# in-place version counter, and the corrupted tokens, ablation, positions, dtype and device
+# are equal; otherwise it is recomputed. One entry per model, dropped with the model.
+_ABL_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, tuple[torch.Tensor, torch.Tensor]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _weights_state(model: Any) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
+    tensors = (*model.parameters(), *model.buffers())
+    return tuple(t.detach() for t in tensors), tuple(t._version for t in tensors)
+
+
+def _weights_unchanged(model: Any, state: tuple[tuple[torch.Tensor, ...], tuple[int, ...]]) -> bool:
+    tensors = (*model.parameters(), *model.buffers())
+    aliases, versions = state
+    return len(tensors) == len(aliases) and all(
+        a.data_ptr() == t.data_ptr() and a.dtype == t.dtype and a.shape == t.shape
+        and v == t._version
+        for a, v, t in zip(aliases, versions, tensors, strict=True)
+    )  # fmt: skip
+
+
 def _ablated(
-    model: Any, corrupt: torch.Tensor, ablation: str, n_pos: int, like: torch.Tensor
-) -> torch.Tensor:
-    """``a_s(abl)`` of shape ``[n_fwd, P, D]``."""
+    model: Any,
+    corrupt: torch.Tensor,
+    ablation: str,
+    n_pos: int,
+    like: torch.Tensor,
+    cache: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a_s(abl) [n_fwd, P, D], its prefix sums over sources [n_fwd, P*D])``.
+
+    ``like`` gives the dtype and device. With ``cache`` the result is memoised per model (see
+    ``_ABL_CACHE``); callers must not modify the returned tensors.
+    """
+    n_fwd = len(source_names(model)) + (model.cfg.n_heads - 1) * model.cfg.n_layers
+    shape = (n_fwd, n_pos, model.cfg.d_model)
+    key: Any = None
+    if cache:
+        toks = corrupt[:, :n_pos] if ablation != "zero" else corrupt[:, :0]
+        key = (
+            ablation, n_pos, like.dtype, like.device, tuple(toks.shape),
+            toks.cpu().numpy().tobytes(),
+        )  # fmt: skip
+        hit = _ABL_CACHE.get(model)
+        if hit is not None and hit[0][0] == key and _weights_unchanged(model, hit[0][1]):
+            return hit[1]
     if ablation == "zero":
-        return torch.zeros_like(like[0])
-    _, src = source_activations(model, corrupt[:, :n_pos])
-    return src.mean(0)  # patching: batch of one; mean: dataset mean per position
+        abl = torch.zeros(shape, dtype=like.dtype, device=like.device)
+    else:
+        _, src = source_activations(model, corrupt[:, :n_pos])
+        abl = src.mean(0)  # patching: batch of one; mean: dataset mean per position
+    abl_cum = abl.reshape(n_fwd, -1).clone()  # base terms: prefix sums of abl
+    for i in range(1, n_fwd):  # (a row loop: cumsum along dim 0 is slow on CPU)
+        abl_cum[i] += abl_cum[i - 1]
+    if cache:
+        _ABL_CACHE[model] = ((key, _weights_state(model)), (abl, abl_cum))
+    return abl, abl_cum
+
+
+# Per-thread CPU workspace of the batched forward (source deltas, mixed inputs), re-used across
+# calls: a fresh multi-MB allocation is page-faulted on first touch, which cost about a third
+# of a small call's time. Held until the thread ends or ``clear_workspace()``.
+_WORKSPACE = threading.local()
+
+
+def clear_workspace() -> None:
+    """Free this thread's cached CPU workspace of :func:`evaluate_masks`."""
+    _WORKSPACE.__dict__.clear()
+
+
+def _buffer(name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor of ``shape``; on the CPU a view of a cached per-thread buffer."""
+    if like.device.type != "cpu":
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    numel = math.prod(shape)
+    buf = _WORKSPACE.__dict__.get(name)
+    if buf is None or buf.dtype != like.dtype or buf.numel() < numel:
+        buf = torch.empty(numel, dtype=like.dtype)
+        _WORKSPACE.__dict__[name] = buf
+    return buf[:numel].view(shape)
 
 
 def _check_common(
@@ -123,6 +202,7 @@ def evaluate_masks(
     backend: str = "auto",
     path: str = "auto",
     progress: bool = False,
+    cache: bool = True,
 ) -> torch.Tensor:
     """The task metric of the circuit run of every mask, all masks in one batched forward.
 
@@ -145,13 +225,19 @@ def evaluate_masks(
         other callable gets full logits ``[n, P, V]`` and must return ``[n]``.
     ablation : {"patching", "zero", "mean"}, default="patching"
     chunk : int or None, default=None
-        Masks per batched forward (None: equal chunks of at most ~40 MB of working set).
+        Masks per batched forward (None: equal chunks of at most ~40 MB of working set, or of
+        half the model's weight bytes if that is larger, so that weight traffic is amortised).
     backend : {"auto", "torch", "cpp", "triton"}, default="auto"
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
         Mixing path (see :func:`rml_fast.kernels.circuits.masked_mix`).
     progress : bool, default=False
         Show a tqdm bar over the chunks.
+    cache : bool, default=True
+        Reuse the ablated activations (the forward on ``corrupt``) of the previous call with
+        the same model, ``corrupt``, ablation and answer position, as long as no parameter of
+        the model was replaced or modified in place (checked by identity, storage and version
+        counter). Set False when the model's forward changes otherwise (e.g. persistent hooks).
 
     Returns
     -------
@@ -193,20 +279,20 @@ def evaluate_masks(
         # the circuit run needs only the clean input embedding (every other source is recomputed)
         emb = model.W_E[clean[0, :keep]] + model.W_pos[:keep]  # [P, D]
         src_clean = emb.expand(graph.n_fwd, keep, cfg.d_model)[None]  # shape/dtype/device only
-        abl = _ablated(model, corrupt, ablation, keep, src_clean)
+        abl, abl_cum = _ablated(model, corrupt, ablation, keep, src_clean, cache)
         if chunk is None:
             per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
             per_mask *= src_clean.element_size()
-            chunk = max(1, DEFAULT_CHUNK_BYTES // per_mask)
+            # every chunk streams all weights once: a model whose weights dwarf the working set
+            # (12L12H: 328 MB against 20 MB per mask) gets chunks of up to half its weight bytes
+            weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+            chunk = max(1, max(DEFAULT_CHUNK_BYTES, weight_bytes // 2) // per_mask)
             n_chunks = max(1, -(-masks.shape[0] // chunk))
             chunk = max(1, -(-masks.shape[0] // n_chunks))  # balanced: no small last chunk
         masks = masks.to(src_clean.device) & graph.real_edge_mask.to(src_clean.device)
         if path == "auto" and masks.numel():  # one choice for all chunks and layers
             density = float(masks.sum()) / (masks.shape[0] * graph.n_edges)
             path = "sparse" if density < SPARSE_DENSITY else "dense"
-        abl_cum = abl.reshape(graph.n_fwd, -1).clone()  # base terms: prefix sums of abl
-        for i in range(1, graph.n_fwd):  # (a row loop: cumsum along dim 0 is slow on CPU)
-            abl_cum[i] += abl_cum[i - 1]
         outs = []
         from tqdm.auto import tqdm
 
@@ -247,7 +333,7 @@ def _batched_forward(
     # Source-first layout: delta[s] is the [n, P*D] matrix of source s over all runs, and the
     # mixed inputs come out destination-first, so that each head's q/k/v inputs over all runs
     # are one contiguous [n*P, D] matrix (one GEMM per head, no transposes).
-    delta = torch.empty(n_fwd, n, k, dtype=abl.dtype, device=abl.device)
+    delta = _buffer("delta", (n_fwd, n, k), abl)
     delta[0] = (emb - abl[0]).reshape(k)
     bias = torch.zeros(k, dtype=abl.dtype, device=abl.device)
 
@@ -260,7 +346,7 @@ def _batched_forward(
         m = masks_u8[:, :limit, j0:j1]
         base = base_vec.expand(j1 - j0, k).contiguous()
         if j1 - j0 not in buffers:
-            buffers[j1 - j0] = torch.empty(j1 - j0, n, k, dtype=abl.dtype, device=abl.device)
+            buffers[j1 - j0] = _buffer(f"mix{j1 - j0}", (j1 - j0, n, k), abl)
         lnt = None if ln is None else (ln.w, ln.b, 1e-5)
         return masked_mix(
             delta, m, base, path=path, backend=backend, out=buffers[j1 - j0],
@@ -296,8 +382,8 @@ def _batched_forward(
                 out_h[~act_t] = 0.0
         elif float(active.float().mean()) > 0.5:  # dense: every head of every run at once
             out_h = delta[start : start + H]  # [H, n, k]
-            res = _heads_all(x.view(3, H, n * n_pos, d), block.attn, n, n_pos)  # [H, n*P, D]
-            torch.sub(res.view(H, n, k), abl[start : start + H].reshape(H, 1, k), out=out_h)
+            _heads_all(x.view(3, H, n * n_pos, d), block.attn, n, n_pos, out_h.view(H, -1, d))
+            out_h.sub_(abl[start : start + H].reshape(H, 1, k))  # results written in place
             if not bool(act_t.all()):
                 out_h[~act_t] = 0.0
         else:
@@ -359,29 +445,45 @@ def _batched_forward(
 
 
 def _mlp(mlp: Any, x: torch.Tensor) -> torch.Tensor:
-    """The block's MLP on rows ``x [R, D]`` without hook points (same values as its forward)."""
-    h = activation(torch.addmm(mlp.b_in, x, mlp.W_in), mlp.act)
+    """The block's MLP on rows ``x [R, D]`` without hook points (same values as its forward).
+
+    The hidden activations live in the workspace (the result is a fresh tensor).
+    """
+    h = _buffer("mlp_h", (x.shape[0], mlp.W_in.shape[1]), x)
+    torch.addmm(mlp.b_in, x, mlp.W_in, out=h)
+    if mlp.act == "gelu":
+        torch.ops.aten.gelu_(h)
+    else:
+        torch.relu_(h)
     return torch.addmm(mlp.b_out, h, mlp.W_out)
 
 
-def _heads_all(x: torch.Tensor, attn: Any, n: int, n_pos: int) -> torch.Tensor:
+def _heads_all(
+    x: torch.Tensor, attn: Any, n: int, n_pos: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Every head of every run: ``x [3, H, n*P, D]`` (layer-normed q/k/v inputs, run-major rows).
 
-    Returns the head results ``z_h W_O^h`` of shape ``[H, n*P, D]`` (no ``b_O``).
+    Returns the head results ``z_h W_O^h`` of shape ``[H, n*P, D]`` (no ``b_O``), written into
+    ``out`` if given; the intermediates live in the workspace.
     """
     H = x.shape[1]
-    q = torch.baddbmm(attn.b_Q[:, None], x[0], attn.W_Q)  # [H, n*P, dh]
-    kk = torch.baddbmm(attn.b_K[:, None], x[1], attn.W_K)
-    v = torch.baddbmm(attn.b_V[:, None], x[2], attn.W_V)
-    dh = q.shape[-1]
-    q, kk, v = (t.view(H * n, n_pos, dh) for t in (q, kk, v))
+    dh = attn.W_Q.shape[-1]
+    qkv = _buffer("heads_qkv", (3, H, x.shape[2], dh), x)
+    torch.baddbmm(attn.b_Q[:, None], x[0], attn.W_Q, out=qkv[0])  # [H, n*P, dh]
+    torch.baddbmm(attn.b_K[:, None], x[1], attn.W_K, out=qkv[1])
+    torch.baddbmm(attn.b_V[:, None], x[2], attn.W_V, out=qkv[2])
+    q, kk, v = (t.view(H * n, n_pos, dh) for t in qkv)
     causal = torch.full((n_pos, n_pos), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
-    scores = torch.baddbmm(
-        causal.expand(H * n, n_pos, n_pos), q, kk.transpose(1, 2), alpha=1.0 / math.sqrt(dh)
-    )  # causal mask added in the GEMM's epilogue
-    pattern = torch.softmax(scores, dim=-1)
-    z = torch.bmm(pattern, v).view(H, n * n_pos, dh)
-    return torch.bmm(z, attn.W_O)
+    scores = _buffer("heads_scores", (H * n, n_pos, n_pos), x)
+    torch.baddbmm(
+        causal.expand(H * n, n_pos, n_pos), q, kk.transpose(1, 2), alpha=1.0 / math.sqrt(dh),
+        out=scores,
+    )  # causal mask added in the GEMM's epilogue  # fmt: skip
+    torch.ops.aten._softmax.out(scores, -1, False, out=scores)
+    z = torch.bmm(scores, v, out=qkv[0].view(H * n, n_pos, dh)).view(H, n * n_pos, dh)
+    if out is None:
+        return torch.bmm(z, attn.W_O)
+    return torch.bmm(z, attn.W_O, out=out)
 
 
 def _heads_last(x: torch.Tensor, attn: Any) -> torch.Tensor:
@@ -430,20 +532,22 @@ def evaluate_masks_hooked(
     metric: LogitDiff | Callable[[torch.Tensor], torch.Tensor],
     *,
     ablation: str = "patching",
+    cache: bool = True,
 ) -> torch.Tensor:
     """Reference for :func:`evaluate_masks`: one hooked forward of the model per mask.
 
     Hooks record each source's output in the current run and rewrite every destination input
     (``blocks.{l}.hook_{q,k,v}_input``, ``blocks.{l}.hook_mlp_in``, the last
     ``hook_resid_post``) as ``x_d - sum_s (1 - m_sd) (a_s(run) - a_s(abl))``.
-    Same parameters and result as :func:`evaluate_masks`.
+    Same parameters and result as :func:`evaluate_masks` (``cache`` too: the ablated
+    activations are shared with it).
     """
     clean, corrupt = _check_common(model, graph, clean, corrupt, metric, ablation)
     masks = graph._check_mask(masks, "masks")
     n_pos = clean.shape[1]
     with torch.no_grad():
-        _, src_clean = source_activations(model, clean)
-        abl = _ablated(model, corrupt, ablation, n_pos, src_clean)  # [n_fwd, P, D]
+        like = model.W_E[:0]  # dtype and device only
+        abl, _ = _ablated(model, corrupt, ablation, n_pos, like, cache)  # [n_fwd, P, D]
         out = [_hooked_single(model, graph, clean, abl, m, metric) for m in masks]
         if not out:
             return torch.zeros(0)
@@ -503,4 +607,10 @@ def _hooked_single(
     return torch.as_tensor(metric(model(clean, hooks=hooks))).reshape(-1)[0]
 
 
-__all__ = ["evaluate_masks", "evaluate_masks_hooked", "source_activations", "stack_sources"]
+__all__ = [
+    "clear_workspace",
+    "evaluate_masks",
+    "evaluate_masks_hooked",
+    "source_activations",
+    "stack_sources",
+]
