@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -201,7 +202,7 @@ def run(
         repeat = min(repeat, 3)
     suite = Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
     if "tables" in parts:
-        out = HERE / "results"
+        out = Path(os.environ.get("RML_FAST_BENCH_OUT", HERE / "results"))
         out.mkdir(parents=True, exist_ok=True)
         tag = "_quick" if quick else ""
         rows = mse_table([1] if quick else list(range(1, 21)))

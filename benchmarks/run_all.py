@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in args.families if f not in suites]
     if unknown:
         parser.error(f"unknown suite(s) {unknown}; available: {sorted(suites)}")
+    # suites that write side tables (bench_sgg) put them next to the main JSON
+    os.environ["RML_FAST_BENCH_OUT"] = str(args.out)
     for family in args.families or list(suites):
         start = time.perf_counter()
         suite = _load(suites[family]).run(
