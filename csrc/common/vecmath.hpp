@@ -1,4 +1,4 @@
-// Branch-free log and cos written so that loops calling them auto-vectorise (libm calls
+// Branch-free log, cos and sincos written so that loops calling them auto-vectorise (libm calls
 // do not without -ffast-math, which we never use). Both work in double precision and are
 // accurate to ~1e-15 relative, so rounding their result to float gives the correctly
 // rounded float value except in rare ties.
@@ -43,22 +43,31 @@ RML_INLINE double log_pos(double x) {
   return s * series + static_cast<double>(e) * 0.6931471805599453;
 }
 
-// cos(x) for 0 <= x < 2^20: quadrant reduction with a two-part pi/2, Taylor polynomials
-// on |r| <= pi/4 (truncation error below 1e-15). The quadrant picks sin or cos by exact
-// arithmetic masks (w * a + (1 - w) * b with w in {0, 1}), so the loop has no branches.
-RML_INLINE double cos_nonneg(double x) {
+// sin(x) and cos(x) for 0 <= x < 2^20: quadrant reduction with a two-part pi/2, Taylor
+// polynomials on |r| <= pi/4 (truncation error below 1e-15). The quadrant picks sin or cos by
+// exact arithmetic masks (w * a + (1 - w) * b with w in {0, 1}), so the loop has no branches.
+RML_INLINE void sincos_nonneg(double x, double* s_out, double* c_out) {
   constexpr double kTwoOverPi = 0.6366197723675814;
   constexpr double kPio2Hi = 1.5707963267341256;      // first 33 bits of pi/2
   constexpr double kPio2Lo = 6.077100506506192e-11;   // pi/2 - kPio2Hi
-  const auto k = static_cast<std::int32_t>(x * kTwoOverPi + 0.5);
-  const double kd = static_cast<double>(k);
-  const double r = (x - kd * kPio2Hi) - kd * kPio2Lo;
+  const auto q = static_cast<std::int32_t>(x * kTwoOverPi + 0.5);
+  const double qd = static_cast<double>(q);
+  const double r = (x - qd * kPio2Hi) - qd * kPio2Lo;
   const double z = r * r;
   const double c = 1.0 + z * (-1.0 / 2 + z * (1.0 / 24 + z * (-1.0 / 720 + z * (1.0 / 40320 + z * (-1.0 / 3628800 + z * (1.0 / 479001600 + z * (-1.0 / 87178291200.0 + z * (1.0 / 20922789888000.0))))))));
   const double s = r * (1.0 + z * (-1.0 / 6 + z * (1.0 / 120 + z * (-1.0 / 5040 + z * (1.0 / 362880 + z * (-1.0 / 39916800 + z * (1.0 / 6227020800.0 + z * (-1.0 / 1307674368000.0))))))));
-  const double odd = static_cast<double>(k & 1);
-  const double sign = 1.0 - 2.0 * static_cast<double>(((k + 1) >> 1) & 1);  // - for k%4 in {1,2}
-  return sign * (odd * s + (1.0 - odd) * c);
+  const double odd = static_cast<double>(q & 1);
+  const double cos_sign = 1.0 - 2.0 * static_cast<double>(((q + 1) >> 1) & 1);  // - for q%4 in {1,2}
+  const double sin_sign = 1.0 - 2.0 * static_cast<double>((q >> 1) & 1);        // - for q%4 in {2,3}
+  *c_out = cos_sign * (odd * s + (1.0 - odd) * c);
+  *s_out = sin_sign * (odd * c + (1.0 - odd) * s);
+}
+
+// cos(x) for 0 <= x < 2^20 (the sine is computed and dropped; inlining removes it).
+RML_INLINE double cos_nonneg(double x) {
+  double s, c;
+  sincos_nonneg(x, &s, &c);
+  return c;
 }
 
 }  // namespace rml::vecmath

@@ -56,23 +56,6 @@ inline double log_gamma_variate(double a, std::uint64_t seed, std::uint64_t firs
   return log_g;
 }
 
-RML_INLINE void sincos_nonneg(double x, double* s_out, double* c_out) {
-  constexpr double kTwoOverPi = 0.6366197723675814;
-  constexpr double kPio2Hi = 1.5707963267341256;
-  constexpr double kPio2Lo = 6.077100506506192e-11;
-  const auto q = static_cast<std::int32_t>(x * kTwoOverPi + 0.5);
-  const double qd = static_cast<double>(q);
-  const double r = (x - qd * kPio2Hi) - qd * kPio2Lo;
-  const double z = r * r;
-  const double c = 1.0 + z * (-1.0 / 2 + z * (1.0 / 24 + z * (-1.0 / 720 + z * (1.0 / 40320 + z * (-1.0 / 3628800 + z * (1.0 / 479001600 + z * (-1.0 / 87178291200.0 + z * (1.0 / 20922789888000.0))))))));
-  const double s = r * (1.0 + z * (-1.0 / 6 + z * (1.0 / 120 + z * (-1.0 / 5040 + z * (1.0 / 362880 + z * (-1.0 / 39916800 + z * (1.0 / 6227020800.0 + z * (-1.0 / 1307674368000.0))))))));
-  const double odd = static_cast<double>(q & 1);
-  const double cos_sign = 1.0 - 2.0 * static_cast<double>(((q + 1) >> 1) & 1);  // - for q%4 in {1,2}
-  const double sin_sign = 1.0 - 2.0 * static_cast<double>((q >> 1) & 1);        // - for q%4 in {2,3}
-  *c_out = cos_sign * (odd * s + (1.0 - odd) * c);
-  *s_out = sin_sign * (odd * c + (1.0 - odd) * s);
-}
-
 // Philox4x32-10 with every 32-bit word held in a 64-bit lane: the 32 x 32 -> 64 products
 // are then plain 64-bit lane multiplies (no lane shuffles), which is what makes the loops
 // over counters below vectorise well (measured ~1.4x faster than 32-bit lanes). Same words
@@ -112,8 +95,8 @@ void row_normals(double* __restrict z, std::int64_t nq, std::uint64_t seed, std:
     const double r0 = std::sqrt(-2.0 * vecmath::log_pos(u32w(w0)));
     const double r1 = std::sqrt(-2.0 * vecmath::log_pos(u32w(w2)));
     double s0, c0, s1, c1;
-    sincos_nonneg(kTwoPi * u32w(w1), &s0, &c0);
-    sincos_nonneg(kTwoPi * u32w(w3), &s1, &c1);
+    vecmath::sincos_nonneg(kTwoPi * u32w(w1), &s0, &c0);
+    vecmath::sincos_nonneg(kTwoPi * u32w(w3), &s1, &c1);
     z[4 * q] = r0 * c0;
     z[4 * q + 1] = r0 * s0;
     z[4 * q + 2] = r1 * c1;
