@@ -26,7 +26,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER, normal, seed_from_rng
-from rml_fast.privacy.dp_c4 import ALGORITHMS, calibrate_noise_multiplier, privacy_spent
+from rml_fast.privacy.dp_c4 import (
+    ALGORITHMS,
+    calibrate_noise_multiplier,
+    privacy_spent,
+    stability_floor_beta,
+)
 
 __all__ = ["DPC4Classifier", "DPC4Regressor"]
 
@@ -63,6 +68,7 @@ class _DPC4Linear(BaseEstimator):
         anchor_budget_fraction: float = 0.5,
         beta0: float = 1.0,
         beta_power: float = 2.0 / 3.0,
+        stability_floor: float = 2.0,
         lr_decay_steps: float | None = None,
         algorithm: str = "dpc4",
         fit_intercept: bool = True,
@@ -84,6 +90,7 @@ class _DPC4Linear(BaseEstimator):
         self.anchor_budget_fraction = anchor_budget_fraction
         self.beta0 = beta0
         self.beta_power = beta_power
+        self.stability_floor = stability_floor
         self.lr_decay_steps = lr_decay_steps
         self.algorithm = algorithm
         self.fit_intercept = fit_intercept
@@ -119,6 +126,7 @@ class _DPC4Linear(BaseEstimator):
             "rho": check_scalar(self.anchor_budget_fraction, "anchor_budget_fraction", _FRACTION),
             "beta0": check_scalar(self.beta0, "beta0", _POS),
             "beta_power": check_scalar(self.beta_power, "beta_power", _NONNEG),
+            "kappa": check_scalar(self.stability_floor, "stability_floor", _NONNEG),
         }
         if self.lr_decay_steps is not None:
             check_scalar(self.lr_decay_steps, "lr_decay_steps", _POS)
@@ -159,7 +167,12 @@ class _DPC4Linear(BaseEstimator):
         for t in bar:
             lr = v["lr"] if self.lr_decay_steps is None else v["lr"] / math.sqrt(
                 1.0 + t / self.lr_decay_steps)
-            beta = 1.0 if (dpsgd or t == 0) else min(1.0, v["beta0"] / (t + 1) ** v["beta_power"])
+            if dpsgd or t == 0:
+                beta = 1.0
+            else:
+                floor = stability_floor_beta(v["kappa"], v["drift_clip_scale"], last_lr, sigma_d,
+                                             dim * K, v["batch_size"])
+                beta = min(1.0, max(v["beta0"] / (t + 1) ** v["beta_power"], floor))
             idx = np.flatnonzero(rng.random(n) < q)
             Xb, yb, nb = Xa[idx], y[idx], row_norms[idx]
             r = self._residual(Xb @ theta, yb)  # (b, K)
@@ -235,7 +248,7 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         ``T = epochs * round(n / batch_size)`` steps with rate ``q = batch_size / n``.
     lr, alpha : float, default=0.1, 1e-3
     anchor_clip, anchor_clip_growth, drift_clip_scale, threshold_shift, anchor_budget_fraction, beta0,
-    beta_power, lr_decay_steps, algorithm
+    beta_power, stability_floor, lr_decay_steps, algorithm
         As in :class:`rml_fast.privacy.dp_c4.DPC4Optimizer`.
     fit_intercept : bool, default=True
     noise_multiplier : float, optional
