@@ -224,6 +224,7 @@ class nudft:  # submodule rml_fast._C.nudft
         beta: float,
         ones: bool,
         g: npt.NDArray[np.floating[Any]],
+        poly: npt.NDArray[np.float64] | None = None,
     ) -> None: ...
     @staticmethod
     def interp(
@@ -234,6 +235,7 @@ class nudft:  # submodule rml_fast._C.nudft
         w: int,
         beta: float,
         y: npt.NDArray[np.floating[Any]],
+        poly: npt.NDArray[np.float64] | None = None,
     ) -> None: ...
 
 class circuits:  # submodule rml_fast._C.circuits

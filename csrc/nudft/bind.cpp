@@ -132,6 +132,17 @@ rml::nudft::FineGrid make_fine_grid(const std::vector<std::int64_t>& nf,
   return fg;
 }
 
+// The optional polynomial kernel table: a C-contiguous float64 array of shape (degree + 1, w).
+void attach_poly(rml::nudft::FineGrid& fg, const py::object& poly) {
+  if (poly.is_none()) return;
+  const py::array a = poly.cast<py::array>();
+  if (a.ndim() != 2 || a.shape(1) != fg.w || a.shape(0) < 1) {
+    throw py::value_error("poly must have shape (degree + 1, w)");
+  }
+  fg.poly = in_view<double>(a, "poly", {a.shape(0), static_cast<py::ssize_t>(fg.w)});
+  fg.degree = static_cast<int>(a.shape(0)) - 1;
+}
+
 std::vector<py::ssize_t> grid_shape(py::ssize_t B, const rml::nudft::FineGrid& fg, py::ssize_t C) {
   if (fg.dim == 1) return {B, static_cast<py::ssize_t>(fg.nf[0]), C};
   return {B, static_cast<py::ssize_t>(fg.nf[0]), static_cast<py::ssize_t>(fg.nf[1]), C};
@@ -200,29 +211,35 @@ void register_nudft(py::module_ m) {
   m.def(
       "spread",
       [](const py::array& x, const py::array& v, const std::vector<std::int64_t>& nf,
-         const std::vector<double>& dxi, int w, double beta, bool ones, py::array g) {
-        const auto fg = make_fine_grid(nf, dxi, w, beta);
+         const std::vector<double>& dxi, int w, double beta, bool ones, py::array g,
+         const py::object& poly) {
+        auto fg = make_fine_grid(nf, dxi, w, beta);
+        attach_poly(fg, poly);
         if (is_f64(x)) {
           spread_impl<double>(x, v, fg, ones, g);
         } else {
           spread_impl<float>(x, v, fg, ones, g);
         }
       },
-      "x"_a, "v"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "ones"_a, "g"_a,
+      "x"_a, "v"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "ones"_a, "g"_a, "poly"_a = py::none(),
       "NUFFT spreading: g[b,j,c] = sum_n v[b,n,c] phi(j - frac(dxi x[b,n]) nf) on the periodic "
       "fine grid g [B,*nf,C(+1)] (exponential-of-semicircle kernel of width w, shape beta); "
-      "ones=True adds a last channel spreading the value 1 (density).");
+      "ones=True adds a last channel spreading the value 1 (density); poly (degree+1, w) float64: "
+      "the kernel as per-node polynomials in t = 2 s - 1 (Horner), None: exact exp/sqrt.");
   m.def(
       "interp",
       [](const py::array& x, const py::array& g, const std::vector<std::int64_t>& nf,
-         const std::vector<double>& dxi, int w, double beta, py::array y) {
-        const auto fg = make_fine_grid(nf, dxi, w, beta);
+         const std::vector<double>& dxi, int w, double beta, py::array y,
+         const py::object& poly) {
+        auto fg = make_fine_grid(nf, dxi, w, beta);
+        attach_poly(fg, poly);
         if (is_f64(x)) {
           interp_impl<double>(x, g, fg, y);
         } else {
           interp_impl<float>(x, g, fg, y);
         }
       },
-      "x"_a, "g"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "y"_a,
-      "NUFFT interpolation (adjoint of spread): y[b,m,o] = sum_j phi(j - u(x[b,m])) g[b,j,o].");
+      "x"_a, "g"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "y"_a, "poly"_a = py::none(),
+      "NUFFT interpolation (adjoint of spread): y[b,m,o] = sum_j phi(j - u(x[b,m])) g[b,j,o]; "
+      "poly as for spread.");
 }

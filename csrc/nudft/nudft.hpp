@@ -48,6 +48,10 @@ struct FineGrid {
   double dxi[2];       // frequency spacings (phase per unit of x, in cycles)
   int w;               // kernel width in grid nodes (<= 32)
   double beta;         // kernel shape
+  // Optional piecewise-polynomial kernel: [degree + 1][w] coefficients (highest power first) of
+  // phi at node i as a polynomial in t = 2 s - 1, s = j0 - (u - w/2) in [0, 1); nullptr: exact.
+  const double* poly = nullptr;
+  int degree = 0;
 };
 
 // Spreading: g[b, j0(, j1), c] = sum_n v[b, n, c] * phi(j0 - u0(x_bn)) (* phi(j1 - u1(x_bn))),
