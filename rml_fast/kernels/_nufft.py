@@ -171,7 +171,9 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     vv = v.detach().contiguous()
     Cp = C + int(density)
     Fn = grid.n_freq
-    out = torch.empty(B, Fn, Cp, dtype=torch.complex128 if dtype == torch.float64 else torch.complex64)
+    out = torch.empty(
+        B, Fn, Cp, dtype=torch.complex128 if dtype == torch.float64 else torch.complex64
+    )
     deconv = _deconv_half(st, dtype)
     cells = math.prod(st.nf)
     step = _chunk(B, cells, Cp, vv.element_size())
@@ -180,7 +182,14 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
         b1 = min(B, b0 + step)
         g = torch.empty(b1 - b0, *st.nf, Cp, dtype=dtype)
         _C.nudft.spread(
-            x[b0:b1].numpy(), vv[b0:b1].numpy(), nf, dxi, st.w, st.beta, density, g.numpy(),
+            x[b0:b1].numpy(),
+            vv[b0:b1].numpy(),
+            nf,
+            dxi,
+            st.w,
+            st.beta,
+            density,
+            g.numpy(),
             st.poly,
         )
         if st.dim == 1:
@@ -212,7 +221,7 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
     dtype = x.dtype
     st = setup_for(grid, dtype)
     x = x.detach().contiguous()
-    scale = (w.detach().to(dtype)[:, None] * _deconv_half(st, dtype))  # (F, 1)
+    scale = w.detach().to(dtype)[:, None] * _deconv_half(st, dtype)  # (F, 1)
     a = torch.complex(re.detach(), im.detach() if sign == 1 else -im.detach()) * scale
     cells = math.prod(st.nf)
     half = st.nf[-1] // 2 + 1

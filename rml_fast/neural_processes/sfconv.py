@@ -320,8 +320,8 @@ class SetFourierConv(nn.Module):
         """
         lay = self._layout
         re, im, dre, dim = plan.type1_planes(zv, density=True)
-        B, Fn, C = re.shape
-        G, nb, L = self.groups, self._blocks, lay["L"]
+        B, Fn, _ = re.shape
+        G, L = self.groups, lay["L"]
         g0, g1 = lay["g0"], lay["g1"]
         gh = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
         w_re, w_im = self._weight_planes(self.weight, re.dtype)  # (F, nb, G, a, b)
