@@ -336,6 +336,24 @@ __attribute__((always_inline)) inline void visit_stencil(const FineGrid& fg, con
   }
 }
 
+// Points are visited in grid-cell order, so their value rows are gathered from memory: prefetch
+// the rows (and positions) of the point kPrefetch visits ahead (a row of C floats spans C / 16
+// cache lines). Measured: the gather otherwise costs 2.5x the arithmetic at B = 64, N = 5000.
+constexpr std::int64_t kPrefetch = 4;
+
+template <typename T>
+__attribute__((always_inline)) inline void prefetch_row(const T* row, std::int64_t n, int rw) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t off = 0; off < bytes; off += 64) {
+    if (rw) {
+      __builtin_prefetch(p + off, 1, 3);
+    } else {
+      __builtin_prefetch(p + off, 0, 3);
+    }
+  }
+}
+
 // Spreads the points of one batch element onto its (zeroed) grid gb [cells, Cg]:
 // channel-contiguous axpy per stencil cell, the density channel (ones) last.
 template <typename T>
@@ -345,6 +363,11 @@ RML_MULTIVERSION void spread_one(const T* xb, const T* vb, const std::int64_t* o
   const std::int64_t Cg = C + (ones ? 1 : 0);
   for (std::int64_t q = 0; q < N; ++q) {
     const std::int64_t n = order != nullptr ? order[q] : q;
+    if (order != nullptr && q + kPrefetch < N) {
+      const std::int64_t nn = order[q + kPrefetch];
+      prefetch_row(vb + nn * C, C, 0);
+      __builtin_prefetch(xb + nn * fg.dim, 0, 3);
+    }
     const T* __restrict vn = vb + n * C;
     visit_stencil<T>(fg, xb + n * fg.dim, [&](std::int64_t cell, T k) {
       T* __restrict row = gb + cell * Cg;
@@ -361,6 +384,11 @@ RML_MULTIVERSION void interp_some(const T* xb, const T* gb, const std::int64_t* 
                                   const FineGrid& fg, T* yb) {
   for (std::int64_t q = m0; q < m1; ++q) {
     const std::int64_t m = order != nullptr ? order[q] : q;
+    if (order != nullptr && q + kPrefetch < m1) {
+      const std::int64_t mm = order[q + kPrefetch];
+      prefetch_row(yb + mm * O, O, 1);
+      __builtin_prefetch(xb + mm * fg.dim, 0, 3);
+    }
     T* __restrict yr = yb + m * O;
     for (std::int64_t o = 0; o < O; ++o) yr[o] = T(0);
     visit_stencil<T>(fg, xb + m * fg.dim, [&](std::int64_t cell, T k) {
@@ -441,6 +469,90 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
     interp_some<T>(x + b * M * d, g + b * cells * O, order, m0, m1, O, fg, y + b * M * O);
   }
 }
+
+namespace {
+
+// Number of rows / columns of the half-spectrum grid and the (row, column) of frequency f.
+struct ModeMap {
+  std::int64_t rows, cols, K0, K1;
+  int dim;
+  ModeMap(const FineGrid& fg, const std::int64_t* K)
+      : rows(fg.dim == 1 ? fg.nf[0] / 2 + 1 : fg.nf[0]),
+        cols(fg.dim == 1 ? 1 : fg.nf[1] / 2 + 1),
+        K0(K[0]),
+        K1(fg.dim == 2 ? K[1] : 0),
+        dim(fg.dim) {}
+  std::int64_t n_freq() const { return dim == 1 ? K0 + 1 : (2 * K0 + 1) * (K1 + 1); }
+  std::int64_t cell(std::int64_t f) const {
+    if (dim == 1) return f;
+    std::int64_t k0 = f / (K1 + 1) - K0;
+    const std::int64_t k1 = f % (K1 + 1);
+    if (k0 < 0) k0 += rows;
+    return k0 * cols + k1;
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C, const FineGrid& fg,
+               const std::int64_t* K, const double* scale, int sign_im, T* re, T* im, T* dens_re,
+               T* dens_im) {
+  const ModeMap mm(fg, K);
+  const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
+  const bool parallel = B * F * Cg >= kSerialWork / 8 && B > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t f = 0; f < F; ++f) {
+      const T* src = S + 2 * (b * cells + mm.cell(f)) * Cg;
+      const T sr = static_cast<T>(scale[f]), si = static_cast<T>(sign_im * scale[f]);
+      T* __restrict r = re + (b * F + f) * C;
+      T* __restrict i = im + (b * F + f) * C;
+      for (std::int64_t c = 0; c < C; ++c) {
+        r[c] = sr * src[2 * c];
+        i[c] = si * src[2 * c + 1];
+      }
+      if (dens_re != nullptr) {
+        dens_re[b * F + f] = sr * src[2 * C];
+        dens_im[b * F + f] = si * src[2 * C + 1];
+      }
+    }
+  }
+}
+
+template <typename T>
+void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const FineGrid& fg,
+              const std::int64_t* K, const double* scale, int sign_im, T* X) {
+  const ModeMap mm(fg, K);
+  const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
+  const bool parallel = B * cells * O >= kSerialWork / 8 && B > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t b = 0; b < B; ++b) {
+    T* Xb = X + 2 * b * cells * O;
+    std::fill(Xb, Xb + 2 * cells * O, T(0));
+    for (std::int64_t f = 0; f < F; ++f) {
+      T* __restrict dst = Xb + 2 * mm.cell(f) * O;
+      const T sr = static_cast<T>(scale[f]), si = static_cast<T>(sign_im * scale[f]);
+      const T* __restrict r = re + (b * F + f) * O;
+      const T* __restrict i = im + (b * F + f) * O;
+      for (std::int64_t o = 0; o < O; ++o) {
+        dst[2 * o] = sr * r[o];
+        dst[2 * o + 1] = si * i[o];
+      }
+    }
+  }
+}
+
+template void modes_out<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
+                               const FineGrid&, const std::int64_t*, const double*, int, float*,
+                               float*, float*, float*);
+template void modes_out<double>(const double*, std::int64_t, std::int64_t, std::int64_t,
+                                const FineGrid&, const std::int64_t*, const double*, int, double*,
+                                double*, double*, double*);
+template void modes_in<float>(const float*, const float*, std::int64_t, std::int64_t,
+                              const FineGrid&, const std::int64_t*, const double*, int, float*);
+template void modes_in<double>(const double*, const double*, std::int64_t, std::int64_t,
+                               const FineGrid&, const std::int64_t*, const double*, int, double*);
 
 template void spread<float>(const float*, const float*, std::int64_t, std::int64_t, std::int64_t,
                             bool, const FineGrid&, float*);

@@ -66,4 +66,23 @@ template <typename T>
 void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t O,
             const FineGrid& fg, T* y);
 
+// Mode layout of the fine-grid spectrum of one batch element: the half-space frequency f of a
+// FrequencyGrid with half-widths K sits at row (k0 mod nf0) [2-D: and column k1 of the real-FFT
+// half axis of length nf1 / 2 + 1]; 1-D: row k (0..K) of the half axis of length nf0 / 2 + 1.
+//
+// Type-1 copy-out (after the forward real FFT of the spread grid S [B, rows(, cols), Cg]):
+//   re[b, f, c] = scale[f] Re S, im[b, f, c] = sign_im scale[f] Im S for c < C, and when
+//   dens_re != nullptr the last grid channel C into dens_re/dens_im [B, F] (deconvolution and
+//   the sign of the exponent applied in the same pass).
+template <typename T>
+void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C, const FineGrid& fg,
+               const std::int64_t* K, const double* scale, int sign_im, T* re, T* im, T* dens_re,
+               T* dens_im);
+
+// Type-2 copy-in (before the inverse real FFT): X [B, rows(, cols), O] complex (interleaved)
+// = 0 except at the modes, X[b, mode(f), o] = scale[f] (re[b, f, o] + i sign_im im[b, f, o]).
+template <typename T>
+void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const FineGrid& fg,
+              const std::int64_t* K, const double* scale, int sign_im, T* X);
+
 }  // namespace rml::nudft

@@ -119,25 +119,19 @@ def prefer_nufft(grid, n_points: int, channels: int, dtype: torch.dtype) -> bool
     """Whether the NUFFT path is expected to beat the direct sums for one transform of
     ``n_points`` points per batch element.
 
-    Cost model (per batch element and channel): direct ``P F``; NUFFT ``5 P w^d + 13 n log2 n``
-    for ``n`` fine-grid nodes. The constants were calibrated on a shared 2-core CPU, where the
-    direct GEMM kernels run near peak and spreading is bound by cache traffic: the NUFFT path is
-    taken from about 2000 points per batch element on the default 1-D and 2-D grids.
+    Cost model (per batch element and channel, in units of one direct-sum multiply-add):
+    direct ``P F``; NUFFT ``a P w^d + 2.5 d n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5``
+    with the polynomial kernel (float32), 4 with the exact one (float64). Calibrated from
+    single-thread timings of both paths at B = 64, C = 128 (1-D, F = 50) and B = 16, C = 256
+    (2-D, F = 1225): the NUFFT path is taken from about 100 points per set on the default
+    1-D grid and about 600 on the 2-D image grid.
     """
     st = setup_for(grid, dtype)
     cells = math.prod(st.nf)
     direct = n_points * grid.n_freq
-    nufft = 5.0 * n_points * st.w**st.dim + 13.0 * cells * math.log2(cells)
+    a = 1.5 if st.poly is not None else 4.0
+    nufft = a * n_points * st.w**st.dim + 2.5 * st.dim * cells * math.log2(cells)
     return direct > nufft
-
-
-def _deconv_half(st: FineGridSetup, dtype: torch.dtype) -> torch.Tensor:
-    """``1 / phi_hat`` on the half-space grid, shape (F, 1)."""
-    if st.dim == 1:
-        d = st.inv_phihat[0]
-    else:
-        d = np.outer(st.inv_phihat[0], st.inv_phihat[1]).ravel()
-    return torch.as_tensor(d, dtype=dtype)[:, None]
 
 
 def _chunk(B: int, cells: int, C: int, itemsize: int) -> int:
@@ -148,20 +142,37 @@ def _chunk(B: int, cells: int, C: int, itemsize: int) -> int:
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _workers(t: torch.Tensor) -> int:
+def _workers(t) -> int:
     """FFT threads (scipy's pocketfft): one for small grids, where a thread team costs more
     than it saves (and stalls on a busy machine), else torch's intra-op thread count."""
-    return 1 if t.numel() < 2**21 else max(1, torch.get_num_threads())
+    return 1 if t.size < 2**21 else max(1, torch.get_num_threads())
 
 
-def _rows(st: FineGridSetup) -> torch.Tensor:
-    """Fine-grid row indices of k0 = -K0..K0 (2-D, first axis)."""
-    K0, n0 = st.K[0], st.nf[0]
-    return torch.arange(-K0, K0 + 1) % n0
+def _deconv_flat(st: FineGridSetup) -> np.ndarray:
+    """``1 / phi_hat`` on the half-space grid, flat (F,), float64."""
+    if st.dim == 1:
+        return np.ascontiguousarray(st.inv_phihat[0])
+    return np.outer(st.inv_phihat[0], st.inv_phihat[1]).ravel()
+
+
+def _last_axis_zero(st: FineGridSetup) -> np.ndarray:
+    """Mask (F,) of the frequencies with ``k_d = 0`` (the real FFT's unpaired column)."""
+    if st.dim == 1:
+        return np.arange(st.K[0] + 1) == 0
+    return (np.arange((2 * st.K[0] + 1) * (st.K[1] + 1)) % (st.K[1] + 1)) == 0
+
+
+def _half_shape(st: FineGridSetup) -> tuple[int, ...]:
+    return (st.nf[0] // 2 + 1,) if st.dim == 1 else (st.nf[0], st.nf[1] // 2 + 1)
 
 
 def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool):
-    """Raw type 1 (no autograd): ``(re, im, dre, dim)`` as the direct backends return them."""
+    """Raw type 1 (no autograd): ``(re, im, dre, dim)`` as the direct backends return them.
+
+    Spread (C++, the density as an extra grid channel), real FFT over the grid axes (scipy's
+    pocketfft), then one C++ pass that picks the half-space modes, divides by the kernel's
+    transform and writes the real/imaginary planes (no complex intermediate).
+    """
     from rml_fast._native import _C
 
     B, _, C = v.shape
@@ -171,13 +182,15 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     vv = v.detach().contiguous()
     Cp = C + int(density)
     Fn = grid.n_freq
-    out = torch.empty(
-        B, Fn, Cp, dtype=torch.complex128 if dtype == torch.float64 else torch.complex64
-    )
-    deconv = _deconv_half(st, dtype)
+    re = torch.empty(B, Fn, C, dtype=dtype)
+    im = torch.empty(B, Fn, C, dtype=dtype)
+    dre = torch.empty(B, Fn, dtype=dtype) if density else None
+    dim = torch.empty(B, Fn, dtype=dtype) if density else None
+    scale = _deconv_flat(st)
     cells = math.prod(st.nf)
     step = _chunk(B, cells, Cp, vv.element_size())
-    nf, dxi = list(st.nf), list(st.dxi)
+    nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
+    axes = (1,) if st.dim == 1 else (1, 2)
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
         g = torch.empty(b1 - b0, *st.nf, Cp, dtype=dtype)
@@ -192,28 +205,28 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
             g.numpy(),
             st.poly,
         )
-        if st.dim == 1:
-            S = torch.from_numpy(_fft.rfft(g.numpy(), axis=1, workers=_workers(g)))
-            S = S[:, : st.K[0] + 1]
-        else:
-            S = torch.from_numpy(_fft.rfftn(g.numpy(), axes=(1, 2), workers=_workers(g)))
-            S = S[:, _rows(st), : st.K[1] + 1].reshape(b1 - b0, Fn, Cp)
-        out[b0:b1] = S * deconv
-    re, im = out.real, out.imag
-    if sign == 1:
-        im = -im
-    if not density:
-        return re.contiguous(), im.contiguous(), None, None
-    return (
-        re[..., :C].contiguous(),
-        im[..., :C].contiguous(),
-        re[..., C].contiguous(),
-        im[..., C].contiguous(),
-    )
+        S = np.ascontiguousarray(_fft.rfftn(g.numpy(), axes=axes, workers=_workers(g.numpy())))
+        _C.nudft.modes_out(
+            S,
+            nf,
+            K,
+            scale,
+            -sign,
+            re[b0:b1].numpy(),
+            im[b0:b1].numpy(),
+            None if dre is None else dre[b0:b1].numpy(),
+            None if dim is None else dim[b0:b1].numpy(),
+        )
+    return re, im, dre, dim
 
 
 def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
-    """Raw type 2 (no autograd): ``y = sum_f w_f Re((re + i im) e^{sign i theta})``."""
+    """Raw type 2 (no autograd): ``y = sum_f w_f Re((re + i im) e^{sign i theta})``.
+
+    One C++ pass places the weighted, deconvolved modes on the half-spectrum grid (zeros
+    elsewhere), an inverse real FFT (pocketfft) gives the fine grid, and the C++ interpolation
+    evaluates it at the points.
+    """
     from rml_fast._native import _C
 
     B, M, _ = x.shape
@@ -221,28 +234,23 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
     dtype = x.dtype
     st = setup_for(grid, dtype)
     x = x.detach().contiguous()
-    scale = w.detach().to(dtype)[:, None] * _deconv_half(st, dtype)  # (F, 1)
-    a = torch.complex(re.detach(), im.detach() if sign == 1 else -im.detach()) * scale
+    re = re.detach().contiguous()
+    im = im.detach().contiguous()
     cells = math.prod(st.nf)
-    half = st.nf[-1] // 2 + 1
-    # irfft(X) = (1/n) [Re X_0 + 2 sum_k Re(X_k e^{..})]: X = a n/2 with X_0 doubled gives Re sum a.
-    a = a * (cells / 2.0)
+    # irfft(X) = (1/n) [Re X_0 + 2 sum_k Re(X_k e^{..})]: X = a n/2 with the k_d = 0 column
+    # doubled gives Re sum a.
+    scale = w.detach().double().cpu().numpy() * _deconv_flat(st) * (cells / 2.0)
+    scale = np.where(_last_axis_zero(st), 2.0 * scale, scale)
     y = torch.empty(B, M, n_out, dtype=dtype)
     step = _chunk(B, cells, n_out, re.element_size())
-    nf, dxi = list(st.nf), list(st.dxi)
+    nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
+    cdt = np.complex128 if dtype == torch.float64 else np.complex64
+    axes = (1,) if st.dim == 1 else (1, 2)
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
-        if st.dim == 1:
-            X = torch.zeros(b1 - b0, half, n_out, dtype=a.dtype)
-            X[:, : st.K[0] + 1] = a[b0:b1]
-            X[:, 0] *= 2
-            g = _fft.irfft(X.numpy(), n=st.nf[0], axis=1, workers=_workers(X))
-        else:
-            K0, K1 = st.K
-            X = torch.zeros(b1 - b0, st.nf[0], half, n_out, dtype=a.dtype)
-            X[:, _rows(st), : K1 + 1] = a[b0:b1].reshape(b1 - b0, 2 * K0 + 1, K1 + 1, n_out)
-            X[:, :, 0] *= 2
-            g = _fft.irfftn(X.numpy(), s=st.nf, axes=(1, 2), workers=_workers(X))
+        X = np.empty((b1 - b0, *_half_shape(st), n_out), dtype=cdt)
+        _C.nudft.modes_in(re[b0:b1].numpy(), im[b0:b1].numpy(), nf, K, scale, sign, X)
+        g = _fft.irfftn(X, s=st.nf, axes=axes, workers=_workers(X), overwrite_x=True)
         g = np.ascontiguousarray(g, dtype=_NP[dtype])
         _C.nudft.interp(x[b0:b1].numpy(), g, nf, dxi, st.w, st.beta, y[b0:b1].numpy(), st.poly)
     return y
