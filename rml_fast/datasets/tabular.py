@@ -12,14 +12,8 @@ from importlib import resources
 import numpy as np
 
 BINARIZED_DATASETS = (
-    "monk_1",
-    "monk_2",
-    "monk_3",
-    "compas-binned",
-    "fico-binary",
-    "tic-tac-toe",
-    "car_evaluation",
-    "coupon-bar",
+    "monk_1", "monk_2", "monk_3", "compas-binned", "fico-binary", "tic-tac-toe",
+    "car_evaluation", "coupon-bar",
 )
 
 

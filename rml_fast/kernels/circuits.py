@@ -37,7 +37,9 @@ _PATHS = ("auto", "dense", "sparse")
 _masked_mix = Kernel("circuits.masked_mix")
 
 
-def _validate(delta: Any, mask: Any, base: Any, source_first: bool = False) -> tuple[Any, Any, Any]:
+def _validate(
+    delta: Any, mask: Any, base: Any, source_first: bool = False
+) -> tuple[Any, Any, Any]:
     import torch
 
     for x, name in ((delta, "delta"), (mask, "mask"), (base, "base")):

@@ -189,22 +189,16 @@ def ghost_norm_sq_blas(
     D2 = D if D2 is None else _check_tensor(D2, "D2", 3)
     if D.dtype != A.dtype or D.shape[:2] != A.shape[:2]:
         raise ValueError(f"D must have A's dtype and leading shape {tuple(A.shape[:2])}")
-    if (
-        A2.dtype != A.dtype
-        or D2.dtype != A.dtype
-        or A2.shape[0] != A.shape[0]
-        or D2.shape[:2] != A2.shape[:2]
-        or A2.shape[2] != A.shape[2]
-        or D2.shape[2] != D.shape[2]
-    ):
+    if A2.dtype != A.dtype or D2.dtype != A.dtype or A2.shape[0] != A.shape[0] \
+            or D2.shape[:2] != A2.shape[:2] or A2.shape[2] != A.shape[2] \
+            or D2.shape[2] != D.shape[2]:
         raise ValueError("A2, D2 must match A, D in dtype, batch and feature sizes")
     max_scratch = int(check_scalar(max_scratch, "max_scratch", Interval("int", 1, None)))
     B, S, S2 = A.shape[0], A.shape[1], A2.shape[1]
     out = torch.empty(B, dtype=torch.float64, device=A.device)
     if S == 1 and S2 == 1:
-        return _dot_rows(A[:, 0], None if A2 is A else A2[:, 0]) * _dot_rows(
-            D[:, 0], None if D2 is D else D2[:, 0]
-        )
+        return (_dot_rows(A[:, 0], None if A2 is A else A2[:, 0])
+                * _dot_rows(D[:, 0], None if D2 is D else D2[:, 0]))
     step = max(1, max_scratch // max(1, S * S2))
     for lo in range(0, B, step):
         hi = min(B, lo + step)
@@ -365,16 +359,14 @@ def scaled_outer_accumulate_reference(
 
 
 @_accumulate.register("reference")
-def _acc_ref(
-    A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *, device: Device
-) -> torch.Tensor:
+def _acc_ref(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+             device: Device) -> torch.Tensor:
     return scaled_outer_accumulate_reference(A, D, w, S, noise_std=std, seed=seed, offset=offset)
 
 
 @_accumulate.register("native")
-def _acc_native(
-    A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *, device: Device
-) -> torch.Tensor:
+def _acc_native(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+                device: Device) -> torch.Tensor:
     from rml_fast._native import _C
 
     A, D, w = A.detach().contiguous(), D.detach().contiguous(), w.detach().contiguous()
@@ -386,9 +378,8 @@ def _acc_native(
 
 
 @_accumulate.register("triton")
-def _acc_triton(
-    A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *, device: Device
-) -> torch.Tensor:
+def _acc_triton(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+                device: Device) -> torch.Tensor:
     from rml_fast.kernels.triton import clip as triton_clip
 
     return triton_clip.scaled_outer_accumulate(A, D, w, S, std, seed, offset)

@@ -120,10 +120,8 @@ def prepare_problem(
     if x.shape[0] == 0 or x.shape[1] == 0:
         raise ValueError(f"X must have at least one row and one column, got shape {x.shape}")
     if not np.isin(x, (0, 1)).all():
-        raise ValueError(
-            "X must be binary (0/1 only); binarise numeric data first, "
-            "e.g. with rml_fast.trees.QuantileBinarizer"
-        )
+        raise ValueError("X must be binary (0/1 only); binarise numeric data first, "
+                         "e.g. with rml_fast.trees.QuantileBinarizer")
     yy = check_array(y, "y", dtypes=None, ndim=1)
     if yy.shape[0] != x.shape[0]:
         raise ValueError(f"y must have {x.shape[0]} entries (rows of X), got {yy.shape[0]}")
@@ -135,8 +133,7 @@ def prepare_problem(
         w = check_array(sample_weight, "sample_weight", dtypes=(np.float64,), ndim=1)
         if w.shape[0] != x.shape[0]:
             raise ValueError(
-                f"sample_weight must have {x.shape[0]} entries (rows of X), got {w.shape[0]}"
-            )
+                f"sample_weight must have {x.shape[0]} entries (rows of X), got {w.shape[0]}")
         if (w < 0).any():
             raise ValueError("sample_weight must be non-negative")
     if w.sum() <= 0:
@@ -144,17 +141,11 @@ def prepare_problem(
     lam = float(check_scalar(regularization, "regularization", Interval("real", 0, None)))
     depth = int(check_scalar(depth, "depth", Interval("int", 1, 64)))
     br = -1 if branch is None else int(check_scalar(branch, "branch", Interval("int", 0, None)))
-    mem = (
-        0.0
-        if memory_limit is None
-        else float(check_scalar(memory_limit, "memory_limit", Interval("real", 0, None, "neither")))
-    )
+    mem = 0.0 if memory_limit is None else float(
+        check_scalar(memory_limit, "memory_limit", Interval("real", 0, None, "neither")))
     n_threads = int(check_scalar(n_threads, "n_threads", Interval("int", 1, 1024)))
-    ml = (
-        -1
-        if max_leaves is None
-        else int(check_scalar(max_leaves, "max_leaves", Interval("int", 1, None)))
-    )
+    ml = -1 if max_leaves is None else int(
+        check_scalar(max_leaves, "max_leaves", Interval("int", 1, None)))
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
     if fn_cost is not None:
@@ -167,16 +158,10 @@ def prepare_problem(
         raise ValueError(f"bound_mode must be one of {sorted(BOUND_MODES)}, got {bound_mode!r}")
     bval = float(check_scalar(bound_value, "bound_value", Interval("real", 0, None)))
     max_trees = int(check_scalar(max_trees, "max_trees", Interval("int", 0, None)))
-    tl = (
-        0.0
-        if time_limit is None
-        else float(check_scalar(time_limit, "time_limit", Interval("real", 0, None, "neither")))
-    )
-    for flag, fname in (
-        (falling, "falling"),
-        (prune, "prune"),
-        (ignore_trivial_extensions, "ignore_trivial_extensions"),
-    ):
+    tl = 0.0 if time_limit is None else float(
+        check_scalar(time_limit, "time_limit", Interval("real", 0, None, "neither")))
+    for flag, fname in ((falling, "falling"), (prune, "prune"),
+                        (ignore_trivial_extensions, "ignore_trivial_extensions")):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{fname} must be a bool, got {type(flag).__name__}")
     keep = w > 0
@@ -189,28 +174,12 @@ def prepare_problem(
     pos = np.bincount(inverse, weights=wk * yk, minlength=xu.shape[0])
     integral = bool(np.all(wk == np.round(wk)) and wk.sum() < 2**52)
     return GraviTreeProblem(
-        xu=np.ascontiguousarray(xu),
-        pos=pos,
-        tot=tot,
-        total_weight=float(w.sum()),
-        integral=integral,
-        regularization=lam,
-        depth=depth,
-        branch=br,
-        loss=LOSSES[loss],
-        tau=tau,
-        cost=cost,
-        falling=bool(falling),
-        bound_mode=BOUND_MODES[bound_mode],
-        bound_value=bval,
-        max_trees=max_trees,
-        time_limit=tl,
-        prune=bool(prune),
-        ignore_trivial=bool(ignore_trivial_extensions),
-        max_leaves=ml,
-        memory_limit=mem,
-        n_threads=n_threads,
-    )
+        xu=np.ascontiguousarray(xu), pos=pos, tot=tot, total_weight=float(w.sum()),
+        integral=integral, regularization=lam, depth=depth, branch=br, loss=LOSSES[loss],
+        tau=tau, cost=cost, falling=bool(falling), bound_mode=BOUND_MODES[bound_mode],
+        bound_value=bval, max_trees=max_trees, time_limit=tl, prune=bool(prune),
+        ignore_trivial=bool(ignore_trivial_extensions), max_leaves=ml, memory_limit=mem,
+        n_threads=n_threads)
 
 
 # --- objective pieces shared by the reference and the result checks -------------------------
@@ -369,8 +338,7 @@ def _ref_enumerate(prob: GraviTreeProblem) -> list[tuple[float, int, int, Any]]:
         pp = float(prob.pos[mask].sum())
         nn = float(prob.tot[mask].sum())
         out: list[tuple[float, int, int, Any]] = [
-            (leaf_loss(pp, nn, prob.loss, prob.tau, prob.cost), 1, 0, ("leaf", pp, nn))
-        ]
+            (leaf_loss(pp, nn, prob.loss, prob.tau, prob.cost), 1, 0, ("leaf", pp, nn))]
         if d > 0:
             for j in range(p):
                 m1 = mask & cols[j]
@@ -379,12 +347,8 @@ def _ref_enumerate(prob: GraviTreeProblem) -> list[tuple[float, int, int, Any]]:
                     continue
                 for a in gen(m1, d - 1):
                     for b in gen(m0, d - 1):
-                        if (
-                            prob.ignore_trivial
-                            and a[1] == 1
-                            and b[1] == 1
-                            and ((a[3][1] / a[3][2] >= prob.tau) == (b[3][1] / b[3][2] >= prob.tau))
-                        ):
+                        if prob.ignore_trivial and a[1] == 1 and b[1] == 1 and (
+                                (a[3][1] / a[3][2] >= prob.tau) == (b[3][1] / b[3][2] >= prob.tau)):
                             continue
                         nbr = a[2] + b[2] + (1 if a[1] > 1 and b[1] > 1 else 0)
                         out.append((a[0] + b[0], a[1] + b[1], nbr, (j, a[3], b[3])))
@@ -442,13 +406,9 @@ def _ref_to_tree(prob: GraviTreeProblem, s: Any, lossv: float, nl: int) -> dict[
 
     walk(s)
     return {
-        "feature": np.array(feature, dtype=np.int32),
-        "orient": np.array(orient, dtype=np.int8),
-        "priority": np.array(prio, dtype=np.int32),
-        "second": np.array(sec, dtype=np.int32),
-        "risk": np.array(risk, dtype=np.float64),
-        "loss": lossv,
-        "n_leaves": nl,
+        "feature": np.array(feature, dtype=np.int32), "orient": np.array(orient, dtype=np.int8),
+        "priority": np.array(prio, dtype=np.int32), "second": np.array(sec, dtype=np.int32),
+        "risk": np.array(risk, dtype=np.float64), "loss": lossv, "n_leaves": nl,
         "objective": objective(lossv, nl, prob.total_weight, prob.regularization),
     }
 
@@ -485,79 +445,42 @@ def gravitree_fit_reference(prob: GraviTreeProblem) -> GraviTreeResult:
         theta = math.inf if prob.bound_mode != 3 else prob.bound_value
     built = [_ref_to_tree(prob, s, lossv, nl) for _, lossv, nl, s in feasible]
     return GraviTreeResult(
-        optimal_objective=opt,
-        theta=theta,
-        n_trees=len(built),
+        optimal_objective=opt, theta=theta, n_trees=len(built),
         record_objectives=np.array([b["objective"] for b in built]),
-        record_counts=[1] * len(built),
-        getter=lambda i: built[i],
-        complete=True,
-        stats={
-            "n_subproblems": 0,
-            "n_expansions": len(trees),
-            "n_pruned_bound": 0,
-            "n_pruned_falling": 0,
-            "time_s": time.perf_counter() - start,
-        },
-        max_trees=prob.max_trees,
-        n_features=prob.xu.shape[1],
-    )
+        record_counts=[1] * len(built), getter=lambda i: built[i], complete=True,
+        stats={"n_subproblems": 0, "n_expansions": len(trees), "n_pruned_bound": 0,
+               "n_pruned_falling": 0, "time_s": time.perf_counter() - start},
+        max_trees=prob.max_trees, n_features=prob.xu.shape[1])
 
 
 @_fit.register("reference")
-def _fit_reference(
-    prob: GraviTreeProblem, *, device: Any, progress: bool = False
-) -> GraviTreeResult:
+def _fit_reference(prob: GraviTreeProblem, *, device: Any,
+                   progress: bool = False) -> GraviTreeResult:
     return gravitree_fit_reference(prob)
 
 
 @_fit.register("native")
-def _fit_native(prob: GraviTreeProblem, *, device: Any, progress: bool = False) -> GraviTreeResult:
+def _fit_native(prob: GraviTreeProblem, *, device: Any,
+                progress: bool = False) -> GraviTreeResult:
     from rml_fast._native import _C
 
     monitor = _ProgressMonitor() if progress else None
     try:
         s = _C.gravitree.fit(
-            prob.xu,
-            prob.pos,
-            prob.tot,
-            prob.total_weight,
-            prob.integral,
-            prob.regularization,
-            prob.depth,
-            prob.branch,
-            prob.loss,
-            prob.tau,
-            prob.cost,
-            prob.falling,
-            prob.bound_mode,
-            prob.bound_value,
-            prob.time_limit,
-            prob.prune,
-            prob.ignore_trivial,
-            prob.max_leaves,
-            prob.memory_limit,
-            prob.n_threads,
-            monitor,
-        )
+            prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
+            prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau, prob.cost,
+            prob.falling, prob.bound_mode, prob.bound_value, prob.time_limit, prob.prune,
+            prob.ignore_trivial, prob.max_leaves, prob.memory_limit, prob.n_threads, monitor)
     finally:
         if monitor is not None:
             monitor.close()
     stats = dict(s.stats)
     stats["keyboard_interrupt"] = bool(s.keyboard_interrupt)
     return GraviTreeResult(
-        optimal_objective=s.optimal_objective,
-        theta=s.theta,
-        n_trees=s.n_trees,
-        record_objectives=s.record_objectives(),
-        record_counts=s.record_counts(),
-        getter=s.get,
-        complete=s.complete,
-        stats=stats,
-        max_trees=prob.max_trees,
-        n_features=prob.xu.shape[1],
-        count_without=s.count_without,
-    )
+        optimal_objective=s.optimal_objective, theta=s.theta, n_trees=s.n_trees,
+        record_objectives=s.record_objectives(), record_counts=s.record_counts(),
+        getter=s.get, complete=s.complete, stats=stats, max_trees=prob.max_trees,
+        n_features=prob.xu.shape[1], count_without=s.count_without)
 
 
 class _ProgressMonitor:
@@ -580,8 +503,7 @@ class _ProgressMonitor:
         if phase != self._phase:
             self._phase = phase
             self._bar.set_description(
-                "gravitree: optimal pass" if phase == 0 else "gravitree: Rashomon enumeration"
-            )
+                "gravitree: optimal pass" if phase == 0 else "gravitree: Rashomon enumeration")
         self._bar.update(n_subproblems - self._last)
         self._last = n_subproblems
         return False
@@ -697,26 +619,11 @@ def gravitree_fit(
     [0, -1, -1]
     """
     prob = prepare_problem(
-        X,
-        y,
-        sample_weight,
-        regularization=regularization,
-        depth=depth,
-        branch=branch,
-        loss=loss,
-        tau=tau,
-        fn_cost=fn_cost,
-        falling=falling,
-        bound_mode=bound_mode,
-        bound_value=bound_value,
-        max_trees=max_trees,
-        time_limit=time_limit,
-        prune=prune,
-        ignore_trivial_extensions=ignore_trivial_extensions,
-        max_leaves=max_leaves,
-        memory_limit=memory_limit,
-        n_threads=n_threads,
-    )
+        X, y, sample_weight, regularization=regularization, depth=depth, branch=branch,
+        loss=loss, tau=tau, fn_cost=fn_cost, falling=falling, bound_mode=bound_mode,
+        bound_value=bound_value, max_trees=max_trees, time_limit=time_limit, prune=prune,
+        ignore_trivial_extensions=ignore_trivial_extensions, max_leaves=max_leaves,
+        memory_limit=memory_limit, n_threads=n_threads)
     if not isinstance(progress, (bool, np.bool_)):
         raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
     return _fit(prob, device=NUMPY, backend=backend, progress=bool(progress))

@@ -118,9 +118,7 @@ def _check_lambdas(lambdas: Any) -> np.ndarray:
     return np.ascontiguousarray(lam)
 
 
-def _check_options(
-    tol: Any, max_epochs: Any, ws_start: Any, anderson_k: Any, screening: Any
-) -> dict:
+def _check_options(tol: Any, max_epochs: Any, ws_start: Any, anderson_k: Any, screening: Any) -> dict:
     out = {
         "tol": check_scalar(tol, "tol", Interval("real", 0, None, "left")),
         "max_epochs": check_scalar(max_epochs, "max_epochs", Interval("int", 0, None)),
@@ -293,16 +291,8 @@ def lasso_path(
     """
     dev = device_of(D)
     if dev.is_torch and (dev.kind == "cuda" or backend == "triton"):
-        return _path(
-            D,
-            Y,
-            lambdas,
-            tol=tol,
-            max_epochs=max_epochs,
-            screening=screening,
-            device=dev,
-            backend=backend,
-        )
+        return _path(D, Y, lambdas, tol=tol, max_epochs=max_epochs, screening=screening,
+                     device=dev, backend=backend)
     if dev.is_torch:
         D = D.detach().cpu().numpy()
         Y = Y.detach().cpu().numpy() if hasattr(Y, "detach") else Y
@@ -321,20 +311,11 @@ def lasso_path(
     if not isinstance(working_set, (bool, np.bool_)):
         raise TypeError(f"working_set must be a bool, got {type(working_set).__name__}")
     indices, values, indptr, gaps, epochs = _path(
-        D,
-        Y2,
-        lam,
-        nrm2,
-        w0,
-        opts,
-        bool(working_set),
-        int(n_threads or 0),
-        device=resolve_device(None),
-        backend=backend,
+        D, Y2, lam, nrm2, w0, opts, bool(working_set), int(n_threads or 0),
+        device=resolve_device(None), backend=backend,
     )
-    return _assemble(
-        indices, values, indptr, gaps, epochs, lam, D.shape[1], Y2.shape[1], D.dtype, one_d, sparse
-    )
+    return _assemble(indices, values, indptr, gaps, epochs, lam, D.shape[1], Y2.shape[1], D.dtype,
+                     one_d, sparse)
 
 
 def lasso(D: Any, y: Any, lam: float, **kwargs: Any) -> LassoResult:
@@ -434,11 +415,7 @@ def _assemble(indices, values, indptr, gaps, epochs, lam, m, B, dtype, one_d, sp
             lo, hi = indptr[ell * B], indptr[(ell + 1) * B]
             coefs.append(
                 scipy.sparse.csr_matrix(
-                    (
-                        values[lo:hi].astype(dtype),
-                        indices[lo:hi],
-                        indptr[ell * B : (ell + 1) * B + 1] - lo,
-                    ),
+                    (values[lo:hi].astype(dtype), indices[lo:hi], indptr[ell * B : (ell + 1) * B + 1] - lo),
                     shape=(B, m),
                 )
             )
@@ -462,17 +439,9 @@ def _path_native(D, Y, lam, nrm2, w0, opts, working_set, n_threads, *, device: D
     from rml_fast._native import _C
 
     return _C.lasso.path(
-        np.asfortranarray(D),
-        np.asfortranarray(Y),
-        lam,
-        nrm2,
-        w0,
-        tol=opts["tol"],
-        max_epochs=opts["max_epochs"],
-        ws_start=opts["ws_start"],
-        anderson_k=opts["anderson_k"],
-        screening=opts["screening"],
-        working_set=working_set,
+        np.asfortranarray(D), np.asfortranarray(Y), lam, nrm2, w0,
+        tol=opts["tol"], max_epochs=opts["max_epochs"], ws_start=opts["ws_start"],
+        anderson_k=opts["anderson_k"], screening=opts["screening"], working_set=working_set,
         n_threads=n_threads,
     )
 
@@ -575,6 +544,5 @@ def _reference_dense(D, Y, lam, nrm2, w0, tol, max_epochs, screening):
 def _path_triton(D, Y, lambdas, *, tol, max_epochs, screening, device: Device) -> LassoPath:
     from rml_fast.kernels.triton import lasso as triton_lasso
 
-    return triton_lasso.fista_path(
-        D, Y, lambdas, tol=tol, max_iter=max_epochs, screening=screening == "gap_safe"
-    )
+    return triton_lasso.fista_path(D, Y, lambdas, tol=tol, max_iter=max_epochs,
+                                   screening=screening == "gap_safe")

@@ -434,13 +434,14 @@ def _type2_triton(x, re, im, w, grid, sign, *, device: Device):
 def _check_backend(backend: Any) -> str:
     if backend not in ("auto", "native", "nufft", "triton", "reference"):
         raise ValueError(
-            f"backend must be 'auto', 'native', 'nufft', 'triton' or 'reference', got {backend!r}"
+            "backend must be 'auto', 'native', 'nufft', 'triton' or 'reference', "
+            f"got {backend!r}"
         )
     return backend
 
 
 def _use_nufft(x: torch.Tensor, backend: str, grid: FrequencyGrid, points: int, chans: int) -> bool:
-    """ "nufft" forces the CPU NUFFT path; "auto" takes it for CPU tensors where its cost model
+    """"nufft" forces the CPU NUFFT path; "auto" takes it for CPU tensors where its cost model
     predicts a win over the direct sums (large ``points * F``)."""
     if backend == "nufft":
         if x.device.type != "cpu":

@@ -155,9 +155,7 @@ def _uniform32(w: np.ndarray) -> np.ndarray:
 
 
 def _uniform53(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (
-        (a >> np.uint32(5)).astype(np.float64) * 67108864.0 + (b >> np.uint32(6)) + 0.5
-    ) * 2.0**-53
+    return ((a >> np.uint32(5)).astype(np.float64) * 67108864.0 + (b >> np.uint32(6)) + 0.5) * 2.0**-53
 
 
 def _log_gamma_reference(a: float, seed: int, first: np.ndarray) -> np.ndarray:
@@ -254,9 +252,7 @@ def noise_like(x: Any, sigma: float, k: float, p: float, seed: int, backend: str
     n, dim = (1, shape[0]) if len(shape) == 1 else shape
     dev = device_of(x)
     dtype = x.dtype
-    out = sgg_sample(
-        n, dim, sigma, k, p, seed, dtype=dtype, device=dev.torch_device, backend=backend
-    )
+    out = sgg_sample(n, dim, sigma, k, p, seed, dtype=dtype, device=dev.torch_device, backend=backend)
     return out.reshape(shape)
 
 
@@ -351,9 +347,7 @@ def _angle_cdf(theta: np.ndarray, dim: int) -> np.ndarray:
     alpha = 0.5 * (dim - 1)
     s = np.sin(0.5 * theta) ** 2
     c = np.cos(0.5 * theta) ** 2
-    return np.where(
-        theta <= 0.5 * math.pi, special.betainc(alpha, alpha, s), special.betaincc(alpha, alpha, c)
-    )
+    return np.where(theta <= 0.5 * math.pi, special.betainc(alpha, alpha, s), special.betaincc(alpha, alpha, c))
 
 
 @lru_cache(maxsize=32)
@@ -437,15 +431,8 @@ def sgg_loss_cdf(
     sensitivity = float(check_scalar(sensitivity, "sensitivity", _POS))
     quad = radius_nodes(dim, sigma, k, p, num_nodes)
     return _loss_cdf(
-        np.ascontiguousarray(ell),
-        dim,
-        sigma,
-        k,
-        p,
-        sensitivity,
-        quad,
-        device=resolve_device(None),
-        backend=backend,
+        np.ascontiguousarray(ell), dim, sigma, k, p, sensitivity, quad,
+        device=resolve_device(None), backend=backend,
     )
 
 
@@ -463,20 +450,7 @@ def _loss_cdf_native(ell, dim, sigma, k, p, sens, quad, *, device):  # type: ign
     gl_t, gl_w = _smooth_rule(24)
     out = np.empty(ell.size)
     _C.sgg.loss_cdf(
-        out,
-        ell,
-        quad.edges,
-        quad.r,
-        quad.w,
-        gl_t,
-        gl_w,
-        h,
-        dh,
-        dim,
-        sigma,
-        k,
-        p,
-        sens,
+        out, ell, quad.edges, quad.r, quad.w, gl_t, gl_w, h, dh, dim, sigma, k, p, sens,
         quad.log_norm,
     )
     return out
@@ -552,30 +526,17 @@ def sgg_loss_cdf_reference(
     def cond(r: float, ell: float) -> float:
         rr = np.array([r])
         lo, hi = roots(ell + float(_phi(rr, sigma, k, p, dim)[0]))
-        diff = _cond_le(np.array([hi]), rr, sensitivity, dim) - _cond_le(
-            np.array([lo]), rr, sensitivity, dim
-        )
+        diff = _cond_le(np.array([hi]), rr, sensitivity, dim) - _cond_le(np.array([lo]), rr, sensitivity, dim)
         return float(np.maximum(diff, 0.0)[0])
 
     def dens(r: float) -> float:
         x = r / sigma
         return math.exp(quad.log_norm + (k - 1) * math.log(x) - x**p)
 
-    e_plus = lambda r, ell: (
-        _phi(np.array(r + sensitivity), sigma, k, p, dim)
-        - _phi(np.array(r), sigma, k, p, dim)
-        - ell
-    )  # noqa: E731
-    e_minus = lambda r, ell: (
-        _phi(np.array(abs(r - sensitivity)), sigma, k, p, dim)
-        - _phi(np.array(r), sigma, k, p, dim)
-        - ell
-    )  # noqa: E731
-    fns = [
-        (e_plus, (r_min, r_max)),
-        (e_minus, (r_min, min(sensitivity, r_max))),
-        (e_minus, (max(sensitivity, r_min), r_max)),
-    ]
+    e_plus = lambda r, ell: _phi(np.array(r + sensitivity), sigma, k, p, dim) - _phi(np.array(r), sigma, k, p, dim) - ell  # noqa: E731
+    e_minus = lambda r, ell: _phi(np.array(abs(r - sensitivity)), sigma, k, p, dim) - _phi(np.array(r), sigma, k, p, dim) - ell  # noqa: E731
+    fns = [(e_plus, (r_min, r_max)), (e_minus, (r_min, min(sensitivity, r_max))),
+           (e_minus, (max(sensitivity, r_min), r_max))]
     if c > 0:  # the set {phi(r') <= y} appears at y = min phi: phi(r) = min phi - ell
         t0 = math.log(sigma) + math.log(c / p) / p
         psi_min = math.exp(p * (t0 - math.log(sigma))) - c * t0
@@ -590,20 +551,12 @@ def sgg_loss_cdf_reference(
         for fn, (a, b) in fns:
             fa, fb = float(fn(a, ell)), float(fn(b, ell))
             if a < b and np.isfinite(fa) and np.isfinite(fb) and fa * fb < 0:
-                pts.add(
-                    optimize.brentq(lambda r, fn=fn, ell=ell: float(fn(r, ell)), a, b, xtol=1e-14)
-                )
+                pts.add(optimize.brentq(lambda r, fn=fn, ell=ell: float(fn(r, ell)), a, b, xtol=1e-14))
         grid = sorted({r_min, r_max, *pts, *np.quantile(quad.r, np.linspace(0, 1, 41))})
         total = 0.0
         for a, b in itertools.pairwise(grid):
-            val, _ = integrate.quad(
-                lambda r, ell=ell: dens(r) * cond(r, ell),
-                a,
-                b,
-                epsabs=1e-14,
-                epsrel=1e-12,
-                limit=200,
-            )
+            val, _ = integrate.quad(lambda r, ell=ell: dens(r) * cond(r, ell), a, b,
+                                    epsabs=1e-14, epsrel=1e-12, limit=200)
             total += val
         out[i] = total
     return out
@@ -645,13 +598,9 @@ def pld_delta_for_epsilon(
     delta : ndarray of shape (q,)
     """
     return _pld_delta(
-        np.ascontiguousarray(pmf, dtype=np.float64),
-        int(lower_index),
-        float(h),
-        float(infinity_mass),
-        np.ascontiguousarray(epsilon, dtype=np.float64),
-        device=resolve_device(None),
-        backend=backend,
+        np.ascontiguousarray(pmf, dtype=np.float64), int(lower_index), float(h),
+        float(infinity_mass), np.ascontiguousarray(epsilon, dtype=np.float64),
+        device=resolve_device(None), backend=backend,
     )
 
 
@@ -724,13 +673,9 @@ def pld_epsilon_for_delta(
     epsilon : ndarray of shape (q,)
     """
     return _pld_eps(
-        np.ascontiguousarray(pmf, dtype=np.float64),
-        int(lower_index),
-        float(h),
-        float(infinity_mass),
-        np.ascontiguousarray(delta, dtype=np.float64),
-        device=resolve_device(None),
-        backend=backend,
+        np.ascontiguousarray(pmf, dtype=np.float64), int(lower_index), float(h),
+        float(infinity_mass), np.ascontiguousarray(delta, dtype=np.float64),
+        device=resolve_device(None), backend=backend,
     )
 
 
@@ -771,6 +716,7 @@ def _pld_eps_native(pmf, lower, h, inf_mass, delta, *, device):  # type: ignore[
     out = np.empty(delta.size)
     _C.sgg.pld_epsilon_for_delta(out, delta, pmf, lower, h, inf_mass)
     return out
+
 
 
 # --- FFT composition ---------------------------------------------------------------------
@@ -820,10 +766,7 @@ def pld_convolve(a: np.ndarray, b: np.ndarray, *, backend: str = "auto") -> np.n
     if a.size == 0 or b.size == 0:
         raise ValueError("a and b must not be empty")
     return _convolve(
-        np.ascontiguousarray(a),
-        np.ascontiguousarray(b),
-        device=resolve_device(None),
-        backend=backend,
+        np.ascontiguousarray(a), np.ascontiguousarray(b), device=resolve_device(None), backend=backend
     )
 
 

@@ -521,9 +521,7 @@ class SeriesTasks(TaskGenerator):
                 raise ValueError("y must be positive for transform='log10'")
             y = np.log10(y)
         n = t.shape[0]
-        self.window = (
-            n if window is None else int(check_scalar(window, "window", Interval("int", 2, n)))
-        )
+        self.window = n if window is None else int(check_scalar(window, "window", Interval("int", 2, n)))
         need = self.num_context[1] + self.num_target[1]
         if need > (self.window if split == "random" else n):
             raise ValueError(

@@ -83,7 +83,9 @@ class GridConvCNP(nn.Module):
         for _ in range(layers - 1):
             convs += [nn.ReLU(), nn.Conv1d(channels, channels, kernel, padding=kernel // 2)]
         self.cnn = nn.Sequential(*convs)
-        self.head = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, 2))
+        self.head = nn.Sequential(
+            nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, 2)
+        )
 
     def forward(
         self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor
@@ -210,7 +212,9 @@ def train_for(
     if isinstance(models, nn.Module):
         models = [models]
     seed = int(check_scalar(rng, "rng", Interval("int", 0, None)))
-    steppers = [_Stepper(m, lr=lr, batch_size=batch_size, rng=seed, kernel=kernel) for m in models]
+    steppers = [
+        _Stepper(m, lr=lr, batch_size=batch_size, rng=seed, kernel=kernel) for m in models
+    ]
     while True:
         active = [s for s in steppers if s.steps == 0 or s.seconds < seconds]
         if not active:
@@ -339,9 +343,7 @@ def run_demo(
         models[name] = _make_baseline(name)
     threads_before = torch.get_num_threads()
     if num_threads is not None:
-        torch.set_num_threads(
-            int(check_scalar(num_threads, "num_threads", Interval("int", 1, None)))
-        )
+        torch.set_num_threads(int(check_scalar(num_threads, "num_threads", Interval("int", 1, None))))
     try:
         steps = train_for(list(models.values()), budget, rng=seed + 1)
     finally:

@@ -90,9 +90,7 @@ def _pmf_from_cdf(
         loc_cdf = cdf if bound_cdf is None else bound_cdf
         loc_sf = sf_fn if bound_cdf is None else (lambda x: 1.0 - bound_cdf(x))
         lo = _find_bound(loc_cdf, tail, increasing=True, start=center)
-        hi = _find_bound(
-            loc_sf, tail if upper_tail is None else upper_tail, increasing=False, start=center
-        )
+        hi = _find_bound(loc_sf, tail if upper_tail is None else upper_tail, increasing=False, start=center)
     else:
         lo, hi = bounds
     i_lo = math.floor(lo / h)
@@ -194,9 +192,7 @@ def _symmetric_model(
         cdf_a=cdf_a,
         sf_a=sf_a,
         cdf_b=lambda x: sf_a(-x),  # P_A(L > -x) <= P_B(L <= x): pessimistic
-        sf_b=lambda x: cdf_a(
-            np.nextafter(-np.asarray(x, dtype=np.float64), -np.inf)
-        ),  # P_A(L < -x)
+        sf_b=lambda x: cdf_a(np.nextafter(-np.asarray(x, dtype=np.float64), -np.inf)),  # P_A(L < -x)
         center=center,
         sf_pair=sf_pair,
         bound_cdf=bound_cdf,
@@ -216,15 +212,8 @@ def _directions(
     if q == 1.0:
         return (
             _pmf_from_cdf(
-                model.cdf_a,
-                model.sf_a,
-                h,
-                tail,
-                model.center,
-                sf_q=model.sf_b,
-                sf_pair=model.sf_pair,
-                bound_cdf=model.bound_cdf,
-                **kw,
+                model.cdf_a, model.sf_a, h, tail, model.center, sf_q=model.sf_b,
+                sf_pair=model.sf_pair, bound_cdf=model.bound_cdf, **kw,
             ),
         )
     logq = math.log(q)

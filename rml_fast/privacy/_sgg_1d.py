@@ -77,12 +77,12 @@ def _loss_cdf_1d_laplace_family(ell: np.ndarray, sigma: float, p: float, sens: f
         out += np.where(ell >= -top, tail_c, 0.5 * s_r(x_star))
     elif p < 1:  # increasing from -top to 0: set is [D, x*]
         x_star = bisect(gc, sens, r_max, increasing=True)
-        out += np.where(
-            ell >= 0, tail_c, np.where(ell >= -top, 0.5 * (s_r(np.array(sens)) - s_r(x_star)), 0.0)
-        )
+        out += np.where(ell >= 0, tail_c, np.where(ell >= -top, 0.5 * (s_r(np.array(sens)) - s_r(x_star)), 0.0))
     else:
         out += np.where(ell >= -top, tail_c, 0.0)
     return np.clip(out, 0.0, 1.0)
+
+
 
 
 def loss_cdf_1d(ell: np.ndarray, sigma: float, k: float, p: float, sens: float) -> np.ndarray:
@@ -133,23 +133,14 @@ def _loss_cdf_1d_general(
     # piece -> (loss(tau), x-range of tau (as |x| interval ends), tau range)
     pieces = [
         # A: x = -s, s = e^tau: L = phi(s + D) - phi(s); |x| = s.
-        (
-            lambda t: phi_log(np.logaddexp(t, ld)) - phi_log(t),
-            lambda t: np.exp(t),
-            (_TAU_MIN, tau_max),
-        ),
+        (lambda t: phi_log(np.logaddexp(t, ld)) - phi_log(t),
+         lambda t: np.exp(t), (_TAU_MIN, tau_max)),
         # B: x = D / (1 + e^-tau), D - x = D / (1 + e^tau): L = phi(D - x) - phi(x).
-        (
-            lambda t: phi_log(ld - log1pexp(t)) - phi_log(ld - log1pexp(-t)),
-            lambda t: sens / (1.0 + np.exp(-t)),
-            (_TAU_MIN, -_TAU_MIN),
-        ),
+        (lambda t: phi_log(ld - log1pexp(t)) - phi_log(ld - log1pexp(-t)),
+         lambda t: sens / (1.0 + np.exp(-t)), (_TAU_MIN, -_TAU_MIN)),
         # C: x = D + s, s = e^tau: L = phi(s) - phi(D + s); |x| = D + s.
-        (
-            lambda t: phi_log(t) - phi_log(np.logaddexp(t, ld)),
-            lambda t: sens + np.exp(t),
-            (_TAU_MIN, tau_max),
-        ),
+        (lambda t: phi_log(t) - phi_log(np.logaddexp(t, ld)),
+         lambda t: sens + np.exp(t), (_TAU_MIN, tau_max)),
     ]
     out = np.zeros(ell.shape)
     for loss, x_of, (t_lo, t_hi) in pieces:

@@ -222,9 +222,7 @@ class ClippingEngine:
         cp = CapturedPass(B, [], self.params)
         for (i, rec), g in zip(records, grads, strict=True):
             dy = torch.zeros_like(rec.out) if g is None else g.detach()
-            cp.forms.append(
-                (self.layers[i][0], self.rules.lookup(rec.module)(rec.module, rec.x, dy))
-            )
+            cp.forms.append((self.layers[i][0], self.rules.lookup(rec.module)(rec.module, rec.x, dy)))
         return cp
 
     def _gemm_backend(self, A: torch.Tensor) -> str:
@@ -235,13 +233,8 @@ class ClippingEngine:
             return "reference"
         return self.backend
 
-    def _ghost_sq(
-        self,
-        A: torch.Tensor,
-        D: torch.Tensor,
-        A2: torch.Tensor | None = None,
-        D2: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def _ghost_sq(self, A: torch.Tensor, D: torch.Tensor, A2: torch.Tensor | None = None,
+                  D2: torch.Tensor | None = None) -> torch.Tensor:
         # On CPU, Grams from torch's batched GEMM beat the C++ float64 loops (transformer
         # block shapes: 3.4x at one thread, 1.7x at two; docs/privacy_training.md).
         if self.backend == "auto" and A.device.type == "cpu":
@@ -335,10 +328,8 @@ class ClippingEngine:
     def _diff_sq_norm(self, f: Form, f2: Form) -> torch.Tensor:
         if isinstance(f, ConvForm) and isinstance(f2, ConvForm):
             if self._conv_ghost(f):
-                return _sum(
-                    self._diff_sq_norm(g, g2)
-                    for g, g2 in zip(f.gemm_forms(), f2.gemm_forms(), strict=True)
-                )
+                return _sum(self._diff_sq_norm(g, g2) for g, g2 in
+                            zip(f.gemm_forms(), f2.gemm_forms(), strict=True))
             return self._diff_sq_norm(f.per_sample(), f2.per_sample())
         if isinstance(f, GemmForm) and isinstance(f2, GemmForm):
             E = f.D - f2.D
@@ -349,9 +340,7 @@ class ClippingEngine:
                     out = out + self._ghost_sq(Fa, f2.D)
                     out = out + 2.0 * self._ghost_sq(f.A, E, Fa, f2.D)
             else:
-                G = torch.einsum("bsp,bsd->bpd", f.D, f.A) - torch.einsum(
-                    "bsp,bsd->bpd", f2.D, f2.A
-                )
+                G = torch.einsum("bsp,bsd->bpd", f.D, f.A) - torch.einsum("bsp,bsd->bpd", f2.D, f2.A)
                 out = G.square().sum((1, 2)).double()
             if f.bias is not None:
                 out = out + (f.bias_per_sample - f2.bias_per_sample).double().square().sum(1)
@@ -402,9 +391,7 @@ class ClippingEngine:
             o += p.numel()
         for cp, w in terms:
             if w.shape != (cp.batch_size,):
-                raise ValueError(
-                    f"weights must have shape ({cp.batch_size},), got {tuple(w.shape)}"
-                )
+                raise ValueError(f"weights must have shape ({cp.batch_size},), got {tuple(w.shape)}")
             if [p.shape for p in cp.params] != [p.shape for p in self.params]:
                 raise ValueError("a pass comes from a model with different parameters")
         for p in self.params:  # free the previous gradients before building the new ones
@@ -429,9 +416,7 @@ class ClippingEngine:
                 g = torch.zeros_like(p)
             g = g.to(p.dtype).view(p.shape)
             if noise_std > 0.0 and k not in noised:
-                g.add_(
-                    _philox_normal(p.numel(), seed, offsets[k], p).view(p.shape), alpha=noise_std
-                )
+                g.add_(_philox_normal(p.numel(), seed, offsets[k], p).view(p.shape), alpha=noise_std)
             p.grad = g
 
     def _accumulate_form(
@@ -478,22 +463,11 @@ class ClippingEngine:
                 if f.bias is not None:
                     add(f.bias, wt @ f.bias_per_sample)
                 return
-            fuse = (
-                std > 0.0
-                and full
-                and kw not in grads
-                and kw not in noised
-                and backend != "reference"
-            )
+            fuse = (std > 0.0 and full and kw not in grads and kw not in noised
+                    and backend != "reference")
             g = kclip.scaled_outer_accumulate(
-                f.A.reshape(B * S, d),
-                f.D.reshape(B * S, p_rows),
-                wt,
-                S,
-                noise_std=std if fuse else 0.0,
-                seed=seed,
-                offset=offsets[kw],
-                backend=backend,
+                f.A.reshape(B * S, d), f.D.reshape(B * S, p_rows), wt, S,
+                noise_std=std if fuse else 0.0, seed=seed, offset=offsets[kw], backend=backend,
             )
             if fuse:
                 noised.add(kw)
@@ -531,9 +505,8 @@ class _Grads(dict):  # type: ignore[type-arg]
     """The gradients being built, keyed by parameter index; ``prepare(k)`` starts entry
     ``k`` as ``noise_std * z_k`` when the noise is not fused into a kernel."""
 
-    def __init__(
-        self, params: list[nn.Parameter], noise_std: float, seed: int, offsets: list[int]
-    ) -> None:
+    def __init__(self, params: list[nn.Parameter], noise_std: float, seed: int,
+                 offsets: list[int]) -> None:
         super().__init__()
         self.params, self.noise_std, self.seed, self.offsets = params, noise_std, seed, offsets
         self.noised: set[int] = set()

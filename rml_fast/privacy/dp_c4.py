@@ -245,11 +245,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
             None if sample_rate is None else float(check_scalar(sample_rate, "sample_rate", _Q))
         )
         self.anchor_clip = float(check_scalar(anchor_clip, "anchor_clip", _POS))
-        self.anchor_clip_growth = float(
-            check_scalar(
-                anchor_clip_growth, "anchor_clip_growth", Interval("real", 0.0, 1.0, "left")
-            )
-        )
+        self.anchor_clip_growth = float(check_scalar(
+            anchor_clip_growth, "anchor_clip_growth", Interval("real", 0.0, 1.0, "left")))
         self.drift_clip_scale = float(check_scalar(drift_clip_scale, "drift_clip_scale", _POS))
         self.threshold_shift = float(check_scalar(threshold_shift, "threshold_shift", _POS))
         if callable(anchor_budget_fraction):
@@ -261,8 +258,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
         self.beta0 = float(check_scalar(beta0, "beta0", _POS))
         self.beta_power = float(check_scalar(beta_power, "beta_power", _NONNEG))
         self.lr_decay_steps = (
-            None
-            if lr_decay_steps is None
+            None if lr_decay_steps is None
             else float(check_scalar(lr_decay_steps, "lr_decay_steps", _POS))
         )
         self.weight_decay = float(check_scalar(weight_decay, "weight_decay", _NONNEG))
@@ -307,9 +303,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
 
     # -- the step ------------------------------------------------------------------------
 
-    def _pass(
-        self, engine: ClippingEngine, closure: Callable[..., torch.Tensor], model: nn.Module
-    ) -> Any:
+    def _pass(self, engine: ClippingEngine, closure: Callable[..., torch.Tensor],
+              model: nn.Module) -> Any:
         with torch.enable_grad():
             with engine.record():
                 losses = closure(model) if _takes_model(closure) else closure()
@@ -328,10 +323,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
                 import copy
 
                 shadow = copy.deepcopy(self.module)
-                self._shadow = (
-                    shadow,
-                    ClippingEngine(shadow, mode=self.engine.mode, backend=self.engine.backend),
-                )
+                self._shadow = (shadow, ClippingEngine(
+                    shadow, mode=self.engine.mode, backend=self.engine.backend))
             shadow, engine = self._shadow
             with torch.no_grad():
                 for p, q in zip(engine.params, self._x_prev, strict=True):
@@ -383,13 +376,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
         # sums and noise are divided by B inside the accumulate (folded into the weights)
         if cp_prev is None:  # beta_t = 1: DP-SGD's update
             std = sigma_g * anchor_clip
-            self.engine.accumulate(
-                [(cp, w_anchor / Bexp)],
-                noise_std=std / Bexp,
-                seed=self.seed,
-                offset=offset,
-                consume=True,
-            )
+            self.engine.accumulate([(cp, w_anchor / Bexp)], noise_std=std / Bexp,
+                                   seed=self.seed, offset=offset, consume=True)
             drift_threshold, clipped_frac_drift = math.nan, math.nan
         else:
             drift_threshold = self.drift_clip_scale * (
@@ -399,14 +387,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
             clipped_frac_drift = float((u < 1).double().mean()) if u.numel() else 0.0
             std = math.hypot((1 - beta) * sigma_d * drift_threshold, beta * sigma_g * anchor_clip)
             self.engine.accumulate(
-                [
-                    (cp, ((1 - beta) * u + beta * w_anchor) / Bexp),
-                    (cp_prev, -(1 - beta) * u / Bexp),
-                ],
-                noise_std=std / Bexp,
-                seed=self.seed,
-                offset=offset,
-                consume=True,
+                [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
+                noise_std=std / Bexp, seed=self.seed, offset=offset, consume=True,
             )
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:
@@ -430,15 +412,9 @@ class DPC4Optimizer(torch.optim.Optimizer):
         self._last_move, self._last_lr = math.sqrt(move_sq), lr
         self.steps += 1
         self.last_stats = {
-            "beta": beta,
-            "lr": lr,
-            "drift_threshold": drift_threshold,
-            "anchor_clip": anchor_clip,
-            "clipped_fraction_anchor": float((w_anchor < 1).double().mean())
-            if w_anchor.numel()
-            else 0.0,
-            "clipped_fraction_drift": clipped_frac_drift,
-            "batch_size": float(cp.batch_size),
+            "beta": beta, "lr": lr, "drift_threshold": drift_threshold, "anchor_clip": anchor_clip,
+            "clipped_fraction_anchor": float((w_anchor < 1).double().mean()) if w_anchor.numel() else 0.0,
+            "clipped_fraction_drift": clipped_frac_drift, "batch_size": float(cp.batch_size),
         }
         return norms
 
@@ -488,16 +464,9 @@ def train_private(
                     callback(optimizer.steps, optimizer)
             eps = optimizer.privacy_spent(delta, h=1e-3) if optimizer.sample_rate else math.nan
             spent.append(eps)
-            bar.set_postfix(
-                epoch=epoch + 1, eps=f"{eps:.3g}", batch=f"{running / max(count, 1):.1f}"
-            )
-            logger.info(
-                "epoch %d: epsilon %.4g at delta %g after %d steps",
-                epoch + 1,
-                eps,
-                delta,
-                optimizer.steps,
-            )
+            bar.set_postfix(epoch=epoch + 1, eps=f"{eps:.3g}", batch=f"{running / max(count, 1):.1f}")
+            logger.info("epoch %d: epsilon %.4g at delta %g after %d steps",
+                        epoch + 1, eps, delta, optimizer.steps)
     return spent
 
 
@@ -531,13 +500,8 @@ class PoissonBatchSampler(torch.utils.data.Sampler[list[int]]):
     Yields ``steps`` batches per epoch (default ``round(1 / q)``); batches may be empty.
     """
 
-    def __init__(
-        self,
-        n: int,
-        sample_rate: float,
-        steps: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> None:
+    def __init__(self, n: int, sample_rate: float, steps: int | None = None,
+                 generator: torch.Generator | None = None) -> None:
         self.n = int(check_scalar(n, "n", Interval("int", 1, None)))
         self.sample_rate = float(check_scalar(sample_rate, "sample_rate", _Q))
         self.steps = max(1, round(1 / self.sample_rate)) if steps is None else int(steps)
@@ -587,29 +551,18 @@ def make_private_dpc4(
     sampler = PoissonBatchSampler(n, q, generator=generator)
     steps = epochs * len(sampler)
     sigma = calibrate_noise_multiplier(target_epsilon, target_delta, q, steps)
-    logger.info(
-        "DP-C4: noise multiplier %.4f for (%g, %g)-DP over %d steps (q=%.4g)",
-        sigma,
-        target_epsilon,
-        target_delta,
-        steps,
-        q,
-    )
+    logger.info("DP-C4: noise multiplier %.4f for (%g, %g)-DP over %d steps (q=%.4g)",
+                sigma, target_epsilon, target_delta, steps, q)
     loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        collate_fn=_collate_or_empty(data_loader, dataset),
+        dataset, batch_sampler=sampler, collate_fn=_collate_or_empty(data_loader, dataset),
         num_workers=data_loader.num_workers,
     )
-    opt = DPC4Optimizer(
-        model, noise_multiplier=sigma, expected_batch_size=batch, sample_rate=q, **optimizer_kwargs
-    )
+    opt = DPC4Optimizer(model, noise_multiplier=sigma, expected_batch_size=batch,
+                        sample_rate=q, **optimizer_kwargs)
     return model, opt, loader
 
 
-def _collate_or_empty(
-    loader: torch.utils.data.DataLoader, dataset: Any
-) -> Callable[[list[Any]], Any]:
+def _collate_or_empty(loader: torch.utils.data.DataLoader, dataset: Any) -> Callable[[list[Any]], Any]:
     collate = loader.collate_fn
 
     def fn(items: list[Any]) -> Any:

@@ -112,9 +112,8 @@ class _DPC4Linear(BaseEstimator):
             "lr": check_scalar(self.lr, "lr", _POS),
             "alpha": check_scalar(self.alpha, "alpha", _NONNEG),
             "anchor_clip": check_scalar(self.anchor_clip, "anchor_clip", _POS),
-            "growth": check_scalar(
-                self.anchor_clip_growth, "anchor_clip_growth", Interval("real", 0.0, 1.0, "left")
-            ),
+            "growth": check_scalar(self.anchor_clip_growth, "anchor_clip_growth",
+                                   Interval("real", 0.0, 1.0, "left")),
             "drift_clip_scale": check_scalar(self.drift_clip_scale, "drift_clip_scale", _POS),
             "threshold_shift": check_scalar(self.threshold_shift, "threshold_shift", _POS),
             "rho": check_scalar(self.anchor_budget_fraction, "anchor_budget_fraction", _FRACTION),
@@ -158,11 +157,8 @@ class _DPC4Linear(BaseEstimator):
 
         bar = tqdm(range(T), disable=not self.progress, desc=f"{self.algorithm} fit")
         for t in bar:
-            lr = (
-                v["lr"]
-                if self.lr_decay_steps is None
-                else v["lr"] / math.sqrt(1.0 + t / self.lr_decay_steps)
-            )
+            lr = v["lr"] if self.lr_decay_steps is None else v["lr"] / math.sqrt(
+                1.0 + t / self.lr_decay_steps)
             beta = 1.0 if (dpsgd or t == 0) else min(1.0, v["beta0"] / (t + 1) ** v["beta_power"])
             idx = np.flatnonzero(rng.random(n) < q)
             Xb, yb, nb = Xa[idx], y[idx], row_norms[idx]

@@ -150,20 +150,10 @@ class ConvForm:
         output gradients, shape ``weight.shape``; ``w`` of shape (B,)."""
         dyw = self.dy * w.to(self.dy.dtype).view(-1, 1, 1, 1)
         weight = self.x.new_empty(1).expand(
-            self.dy.shape[1], self.x.shape[1] // self.groups, *self.kernel
-        )
+            self.dy.shape[1], self.x.shape[1] // self.groups, *self.kernel)
         gw = torch.ops.aten.convolution_backward(
-            dyw,
-            self.x,
-            weight,
-            None,
-            list(self.stride),
-            list(self.padding),
-            list(self.dilation),
-            False,
-            [0, 0],
-            self.groups,
-            [False, True, False],
+            dyw, self.x, weight, None, list(self.stride), list(self.padding),
+            list(self.dilation), False, [0, 0], self.groups, [False, True, False],
         )[1]
         return gw.reshape(self.weight.shape)
 
@@ -269,17 +259,9 @@ def _conv_per_sample_weight_grads(f: ConvForm) -> torch.Tensor:
     # weight gradient is asked for (as torch.nn.grad.conv2d_weight does)
     weight = f.x.new_empty(1).expand(B * C_out, C_in // f.groups, *f.kernel)
     gw = torch.ops.aten.convolution_backward(
-        f.dy.reshape(1, B * C_out, *f.dy.shape[2:]),
-        f.x.reshape(1, B * C_in, H, W),
-        weight,
-        None,
-        list(f.stride),
-        list(f.padding),
-        list(f.dilation),
-        False,
-        [0, 0],
-        B * f.groups,
-        [False, True, False],
+        f.dy.reshape(1, B * C_out, *f.dy.shape[2:]), f.x.reshape(1, B * C_in, H, W), weight,
+        None, list(f.stride), list(f.padding), list(f.dilation), False, [0, 0],
+        B * f.groups, [False, True, False],
     )[1]
     return gw.reshape(B, *shape)
 
@@ -297,8 +279,8 @@ def _conv_gemm_forms(f: ConvForm) -> list[Form]:
     per_out = c_out // groups
     forms: list[Form] = []
     for g in range(groups):
-        A = cols if groups == 1 else cols[:, :, g * per_in : (g + 1) * per_in]  # (B, L, d)
-        D = D_all if groups == 1 else D_all[:, :, g * per_out : (g + 1) * per_out]  # (B, L, p)
+        A = cols if groups == 1 else cols[:, :, g * per_in:(g + 1) * per_in]  # (B, L, d)
+        D = D_all if groups == 1 else D_all[:, :, g * per_out:(g + 1) * per_out]  # (B, L, p)
         rows = slice(g * per_out, (g + 1) * per_out)
         own_bias = bias if groups == 1 and _trainable(bias) else None
         forms.append(GemmForm(weight, A, D, own_bias, rows))
@@ -313,30 +295,15 @@ def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     x, padding = _conv_padded_input(module, x, nd)
     if nd == 1:
         x, dy = x.unsqueeze(2), dy.unsqueeze(2)
-        kernel, dilation, stride = (
-            (1, *module.kernel_size),
-            (1, *module.dilation),
-            (1, *module.stride),
-        )
+        kernel, dilation, stride = (1, *module.kernel_size), (1, *module.dilation), (1, *module.stride)
         padding = (0, *padding)
     else:
         kernel, dilation, stride = module.kernel_size, module.dilation, module.stride
     weight, bias = module.weight, module.bias
     if not _trainable(weight):
         return [SampleForm({bias: dy.sum(tuple(range(2, dy.ndim)))})] if _trainable(bias) else []
-    return [
-        ConvForm(
-            weight,
-            bias if _trainable(bias) else None,
-            x,
-            dy,
-            tuple(kernel),
-            tuple(dilation),
-            tuple(padding),
-            tuple(stride),
-            module.groups,
-        )
-    ]
+    return [ConvForm(weight, bias if _trainable(bias) else None, x, dy, tuple(kernel),
+                     tuple(dilation), tuple(padding), tuple(stride), module.groups)]
 
 
 def _unfold(

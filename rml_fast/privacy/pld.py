@@ -18,6 +18,7 @@ upper bound on the true ``delta(eps)`` (or ``eps(delta)``), up to floating-point
 round-off in the FFT (absolute ~1e-16 per bucket).
 """
 
+
 from __future__ import annotations
 
 import math
@@ -276,19 +277,12 @@ class PrivacyLossDistribution:
         model = _laplace_model(b, sensitivity)
         if q == 1.0:
             a = sensitivity / b
-            return cls(
-                (
-                    _pmf_from_cdf(
-                        model.cdf_a,
-                        model.sf_a,
-                        h,
-                        tail,
-                        bounds=(-a, a),
-                        sf_q=model.sf_b,
-                        estimator=estimator,
-                    ),
-                )
-            )
+            return cls((
+                _pmf_from_cdf(
+                    model.cdf_a, model.sf_a, h, tail, bounds=(-a, a), sf_q=model.sf_b,
+                    estimator=estimator,
+                ),
+            ))
         return cls._from_model(model, h, q, relation, tail, estimator)
 
     # -- algebra -----------------------------------------------------------------------
@@ -318,9 +312,7 @@ class PrivacyLossDistribution:
             return PrivacyLossDistribution((_convolve(a[0], b[0], tail),))
         a2 = a if len(a) == 2 else (a[0], a[0])
         b2 = b if len(b) == 2 else (b[0], b[0])
-        return PrivacyLossDistribution(
-            tuple(_convolve(x, y, tail) for x, y in zip(a2, b2, strict=True))
-        )
+        return PrivacyLossDistribution(tuple(_convolve(x, y, tail) for x, y in zip(a2, b2, strict=True)))
 
     def self_compose(
         self,
@@ -358,7 +350,9 @@ class PrivacyLossDistribution:
             raise ValueError(f"method must be 'fft_power' or 'squaring', got {method!r}")
         if n == 1:
             return self
-        return PrivacyLossDistribution(tuple(_self_compose(p, n, tail, method) for p in self.pmfs))
+        return PrivacyLossDistribution(
+            tuple(_self_compose(p, n, tail, method) for p in self.pmfs)
+        )
 
     def subsample(
         self, sampling_prob: float, relation: str = "add_or_remove"
@@ -507,12 +501,8 @@ class PLDAccountant:
     ) -> PLDAccountant:
         """Add ``count`` (Poisson-subsampled) Gaussian mechanisms, e.g. DP-SGD steps."""
         pld = PrivacyLossDistribution.from_gaussian(
-            std,
-            sensitivity,
-            self.h,
-            sampling_prob=sampling_prob,
-            tail_mass_truncation=self.tail_mass_truncation,
-            estimator=self.estimator,
+            std, sensitivity, self.h, sampling_prob=sampling_prob,
+            tail_mass_truncation=self.tail_mass_truncation, estimator=self.estimator,
         )
         return self.compose(pld, count)
 
@@ -521,12 +511,8 @@ class PLDAccountant:
     ) -> PLDAccountant:
         """Add ``count`` (Poisson-subsampled) Laplace mechanisms."""
         pld = PrivacyLossDistribution.from_laplace(
-            b,
-            sensitivity,
-            self.h,
-            sampling_prob=sampling_prob,
-            tail_mass_truncation=self.tail_mass_truncation,
-            estimator=self.estimator,
+            b, sensitivity, self.h, sampling_prob=sampling_prob,
+            tail_mass_truncation=self.tail_mass_truncation, estimator=self.estimator,
         )
         return self.compose(pld, count)
 

@@ -141,9 +141,7 @@ class SGGMechanism:
         return self.sigma**2 * math.exp(special.gammaln((k + 2) / p) - special.gammaln(k / p))
 
     # -- noise -------------------------------------------------------------------------
-    def sample(
-        self, n: int, rng: Any = None, *, device: Any = None, dtype: Any = np.float64
-    ) -> Any:
+    def sample(self, n: int, rng: Any = None, *, device: Any = None, dtype: Any = np.float64) -> Any:
         """Draw ``n`` noise vectors.
 
         Parameters
@@ -171,9 +169,7 @@ class SGGMechanism:
         """
         if hasattr(x, "detach") and type(x).__module__.startswith("torch"):
             if x.ndim not in (1, 2) or x.shape[-1] != self.dim:
-                raise ValueError(
-                    f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {tuple(x.shape)}"
-                )
+                raise ValueError(f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {tuple(x.shape)}")
             if not x.dtype.is_floating_point or x.dtype not in _torch_float_dtypes():
                 raise TypeError(f"x must be a float32 or float64 tensor, got {x.dtype}")
             if not bool(x.isfinite().all()):
@@ -182,13 +178,9 @@ class SGGMechanism:
             return noise.add_(x)  # in place into the fresh noise buffer: no extra (n, dim) copy
         arr = check_array(x, "x", ndim=(1, 2))
         if arr.shape[-1] != self.dim:
-            raise ValueError(
-                f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {arr.shape}"
-            )
+            raise ValueError(f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {arr.shape}")
         noise = _k.noise_like(arr, self.sigma, self._k, self.p, seed_from_rng(rng))
-        return np.add(
-            noise, arr, out=noise
-        )  # one (n, dim) buffer: the noise, then x added in place
+        return np.add(noise, arr, out=noise)  # one (n, dim) buffer: the noise, then x added in place
 
     def privacy_loss(self, x: Any) -> np.ndarray:
         """``L(x) = ln f(x) / f(x - Delta e1) = phi(||x - Delta e1||) - phi(||x||)``.
@@ -251,13 +243,8 @@ class SGGMechanism:
             raise ValueError(f"estimator must be 'connect_dots' or 'bucket', got {estimator!r}")
         if method == "auto" and self.is_gaussian:
             return PrivacyLossDistribution.from_gaussian(
-                self.sigma / math.sqrt(2.0),
-                self.sensitivity,
-                h,
-                sampling_prob=q,
-                relation=relation,
-                tail_mass_truncation=tail,
-                estimator=estimator,
+                self.sigma / math.sqrt(2.0), self.sensitivity, h,
+                sampling_prob=q, relation=relation, tail_mass_truncation=tail, estimator=estimator,
             )
         cdf = self._cdf_fn(num_nodes)
         nodes = num_nodes if num_nodes is not None else _default_nodes(self.dim)
@@ -274,7 +261,6 @@ class SGGMechanism:
     def _cdf_fn(self, num_nodes: int | None) -> Any:
         """Vectorised loss CDF P(L <= l); -inf -> 0, +inf -> 1, NaN stays NaN."""
         if self.dim == 1:
-
             def raw(ell: np.ndarray) -> np.ndarray:
                 return loss_cdf_1d(ell, self.sigma, self._k, self.p, self.sensitivity)
         else:
@@ -317,10 +303,7 @@ class SGGMechanism:
         cdf = self._cdf_fn(None)
         lo = math.floor(epsilon / h) * h
         hi = _find_bound(
-            lambda x: 1.0 - cdf(x),
-            max(tail, QUADRATURE_TAIL),
-            increasing=False,
-            start=max(epsilon, 0.0),
+            lambda x: 1.0 - cdf(x), max(tail, QUADRATURE_TAIL), increasing=False, start=max(epsilon, 0.0)
         )
         if hi <= lo:
             return float(max(1.0 - cdf(np.array([lo]))[0], 0.0))
@@ -339,13 +322,7 @@ class SGGMechanism:
         """
         eps = check_array(epsilon, "epsilon", dtypes=(np.float64,), ndim=(0, 1))
         n = int(check_scalar(num_compositions, "num_compositions", _N))
-        h = float(
-            check_scalar(
-                value_discretization_interval,
-                "value_discretization_interval",
-                Interval("real", 0, 1, "neither"),
-            )
-        )
+        h = float(check_scalar(value_discretization_interval, "value_discretization_interval", Interval("real", 0, 1, "neither")))
         return _composed_pld(self, h, n).get_delta_for_epsilon(eps)
 
     def epsilon_for_delta(
@@ -354,13 +331,7 @@ class SGGMechanism:
         """Tight (pessimistic) epsilon of ``num_compositions`` releases at ``delta`` in (0, 1)."""
         delta = float(check_scalar(delta, "delta", _DELTA))
         n = int(check_scalar(num_compositions, "num_compositions", _N))
-        h = float(
-            check_scalar(
-                value_discretization_interval,
-                "value_discretization_interval",
-                Interval("real", 0, 1, "neither"),
-            )
-        )
+        h = float(check_scalar(value_discretization_interval, "value_discretization_interval", Interval("real", 0, 1, "neither")))
         return float(_composed_pld(self, h, n).get_epsilon_for_delta(delta))
 
     @classmethod
@@ -425,13 +396,7 @@ class SGGMechanism:
         delta = float(check_scalar(delta, "delta", _DELTA))
         sensitivity = float(check_scalar(sensitivity, "sensitivity", _POS))
         n = int(check_scalar(num_compositions, "num_compositions", _N))
-        h = float(
-            check_scalar(
-                value_discretization_interval,
-                "value_discretization_interval",
-                Interval("real", 0, 1, "neither"),
-            )
-        )
+        h = float(check_scalar(value_discretization_interval, "value_discretization_interval", Interval("real", 0, 1, "neither")))
         rtol = float(check_scalar(rtol, "rtol", Interval("real", 1e-12, 0.5)))
         if method not in ("auto", "pld"):
             raise ValueError(f"method must be 'auto' or 'pld', got {method!r}")
@@ -477,9 +442,7 @@ class SGGMechanism:
                     return cls(dim, hi, k, p, sensitivity)
                 d_lo = delta_at(lo, coarse, light)
         if exact:
-            return cls(
-                dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity
-            )
+            return cls(dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity)
         sig_c = _solve_log(
             lambda s_: delta_at(s_, coarse, light), delta, lo, hi, max(rtol, 1e-4), d_lo, d_hi
         )
@@ -637,11 +600,7 @@ def optimal_sgg(
     True
     """
     dim = int(check_scalar(dim, "dim", Interval("int", 1, None)))
-    ks = (
-        (float(dim),)
-        if k_grid is None
-        else tuple(float(check_scalar(v, "k_grid", _POS)) for v in k_grid)
-    )
+    ks = (float(dim),) if k_grid is None else tuple(float(check_scalar(v, "k_grid", _POS)) for v in k_grid)
     ps = tuple(float(check_scalar(v, "p_grid", _POS)) for v in p_grid)
     if not ps:
         raise ValueError("p_grid must not be empty")
@@ -649,15 +608,8 @@ def optimal_sgg(
 
     def cal(kk: float, pp: float) -> SGGMechanism:
         m = SGGMechanism.calibrate(
-            dim,
-            epsilon,
-            delta,
-            kk,
-            pp,
-            sensitivity,
-            num_compositions,
-            value_discretization_interval,
-            rtol=rtol,
+            dim, epsilon, delta, kk, pp, sensitivity, num_compositions,
+            value_discretization_interval, rtol=rtol,
         )
         rows.append(m)
         return m
@@ -689,15 +641,8 @@ def optimal_sgg(
     l2 = next((m for m in rows if m.p == 1.0 and m.k == dim), None)
     if l2 is None:
         l2 = SGGMechanism.calibrate(
-            dim,
-            epsilon,
-            delta,
-            None,
-            1.0,
-            sensitivity,
-            num_compositions,
-            value_discretization_interval,
-            rtol=rtol,
+            dim, epsilon, delta, None, 1.0, sensitivity, num_compositions,
+            value_discretization_interval, rtol=rtol,
         )
     table = {
         "k": np.array([m.k for m in rows]),

@@ -9,13 +9,8 @@ from rml_fast.kernels.lasso import ridge_refit
 __all__ = ["gcv_ridge_mu", "ridge_refit"]
 
 
-def gcv_ridge_mu(
-    D: np.ndarray,
-    y: np.ndarray,
-    support: np.ndarray,
-    n_grid: int = 20,
-    span: tuple[float, float] = (1e-6, 1.0),
-) -> tuple[float, np.ndarray, np.ndarray]:
+def gcv_ridge_mu(D: np.ndarray, y: np.ndarray, support: np.ndarray, n_grid: int = 20,
+                 span: tuple[float, float] = (1e-6, 1.0)) -> tuple[float, np.ndarray, np.ndarray]:
     """GCV choice of ``mu`` for ``(D_S^T D_S + n mu I)^{-1} D_S^T y`` (**[PROPOSAL]** grid).
 
     ``GCV(mu) = n ||(I - H_mu) y||^2 / (n - tr H_mu)^2`` with the hat matrix

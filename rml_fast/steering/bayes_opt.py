@@ -107,13 +107,8 @@ class GaussianProcess1D:
     rng : Generator, int or None
     """
 
-    def __init__(
-        self,
-        noise_bounds: tuple[float, float] = (1e-8, 1.0),
-        n_restarts: int = 5,
-        lengthscale_prior: tuple[float, float] | None = None,
-        rng: Any = None,
-    ) -> None:
+    def __init__(self, noise_bounds: tuple[float, float] = (1e-8, 1.0), n_restarts: int = 5,
+                 lengthscale_prior: tuple[float, float] | None = None, rng: Any = None) -> None:
         self.noise_bounds = noise_bounds
         self.lengthscale_prior = lengthscale_prior
         self.n_restarts = n_restarts
@@ -135,14 +130,12 @@ class GaussianProcess1D:
         nll = 0.5 * (y - c) @ a + np.log(np.diag(L)).sum() + 0.5 * x.size * math.log(2 * math.pi)
         M = Kinv - np.outer(a, a)
         dR_dlog_l = 5.0 / 3.0 * r * r * (1.0 + _SQRT5 * r) * e
-        grad = np.array(
-            [
-                0.5 * np.sum(M * (s2 * dR_dlog_l)),
-                0.5 * np.sum(M * (s2 * R)),
-                0.0 if self.noise_bounds[1] == 0 else 0.5 * noise * np.trace(M),
-                -a.sum(),
-            ]
-        )
+        grad = np.array([
+            0.5 * np.sum(M * (s2 * dR_dlog_l)),
+            0.5 * np.sum(M * (s2 * R)),
+            0.0 if self.noise_bounds[1] == 0 else 0.5 * noise * np.trace(M),
+            -a.sum(),
+        ])
         if self.lengthscale_prior is not None:  # Gamma(k, rate) on the length scale
             k, rate = self.lengthscale_prior
             nll += -(k - 1.0) * theta[0] + rate * length
@@ -161,40 +154,27 @@ class GaussianProcess1D:
         ys = (y - self.y_mean_) / self.y_std_
         lo_n = math.log(max(self.noise_bounds[0], 1e-12))
         hi_n = math.log(max(self.noise_bounds[1], 1e-12))
-        bounds = [
-            (math.log(0.01), math.log(10.0)),
-            (math.log(1e-2), math.log(1e2)),
-            (lo_n, hi_n),
-            (-3.0, 3.0),
-        ]
+        bounds = [(math.log(0.01), math.log(10.0)), (math.log(1e-2), math.log(1e2)), (lo_n, hi_n),
+                  (-3.0, 3.0)]
         starts = [np.array([math.log(0.2), 0.0, max(lo_n, math.log(1e-4)), 0.0])]
         for _ in range(self.n_restarts - 1):
             starts.append(np.array([self.rng.uniform(lo, hi) for lo, hi in bounds]))
         best = None
         for s in starts:
-            res = optimize.minimize(
-                self._nll, s, args=(x, ys), method="L-BFGS-B", jac=True, bounds=bounds
-            )
+            res = optimize.minimize(self._nll, s, args=(x, ys), method="L-BFGS-B", jac=True,
+                                    bounds=bounds)
             if best is None or res.fun < best.fun:
                 best = res
         self.theta_ = best.x
         self.x_ = x
-        length, s2, noise, c = (
-            math.exp(best.x[0]),
-            math.exp(best.x[1]),
-            self._noise(best.x),
-            best.x[3],
-        )
+        length, s2, noise, c = (math.exp(best.x[0]), math.exp(best.x[1]), self._noise(best.x),
+                                best.x[3])
         K = s2 * matern52(x, x, length) + (noise + 1e-10) * np.eye(x.size)
         self.L_ = linalg.cholesky(K, lower=True)
         self.alpha_ = linalg.cho_solve((self.L_, True), ys - c)
-        self.params_ = {
-            "length_scale": length,
-            "signal_var": s2 * self.y_std_**2,
-            "noise_var": noise * self.y_std_**2,
-            "mean": c * self.y_std_ + self.y_mean_,
-            "nll": float(best.fun),
-        }
+        self.params_ = {"length_scale": length, "signal_var": s2 * self.y_std_**2,
+                        "noise_var": noise * self.y_std_**2, "mean": c * self.y_std_ + self.y_mean_,
+                        "nll": float(best.fun)}
         return self
 
     def predict(self, xq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -338,11 +318,8 @@ def bayes_opt_strength(
     for u in u0:
         evaluate(float(u))
     grid = np.linspace(0.0, 1.0, n_grid)
-    gp = GaussianProcess1D(
-        noise_bounds=(1e-8, 1.0) if noise else (0.0, 0.0),
-        lengthscale_prior=lengthscale_prior,
-        rng=gen,
-    )
+    gp = GaussianProcess1D(noise_bounds=(1e-8, 1.0) if noise else (0.0, 0.0),
+                           lengthscale_prior=lengthscale_prior, rng=gen)
     while len(xs) < budget:
         y = _scalarise(raw, w)
         gp.fit(np.array(xs), y)
@@ -358,12 +335,8 @@ def bayes_opt_strength(
         a, b = grid[max(i - 1, 0)], grid[min(i + 1, n_grid - 1)]
         u_next = float(grid[i])
         if np.isfinite(s[i]) and b > a:
-            res = optimize.minimize_scalar(
-                lambda u: -score(np.array([u]))[0],
-                bounds=(a, b),
-                method="bounded",
-                options={"xatol": 1e-6},
-            )
+            res = optimize.minimize_scalar(lambda u: -score(np.array([u]))[0], bounds=(a, b),
+                                           method="bounded", options={"xatol": 1e-6})
             if res.success and -res.fun > s[i]:
                 u_next = float(res.x)
         if np.min(np.abs(np.array(xs) - u_next)) < 1e-9:  # already observed: explore instead

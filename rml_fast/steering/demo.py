@@ -39,74 +39,18 @@ from rml_fast.steering.srls import SRLS
 log = logging.getLogger(__name__)
 
 SUBJECTS = [
-    "dog",
-    "cat",
-    "man",
-    "woman",
-    "child",
-    "girl",
-    "boy",
-    "baby",
-    "old man",
-    "old woman",
-    "teacher",
-    "doctor",
-    "chef",
-    "farmer",
-    "soldier",
-    "nurse",
-    "student",
-    "king",
-    "queen",
-    "clown",
-    "pilot",
-    "dancer",
-    "singer",
-    "painter",
-    "monkey",
-    "bear",
-    "fox",
-    "horse",
-    "rabbit",
-    "lion",
-    "tiger",
-    "wolf",
-    "pig",
-    "cow",
-    "sheep",
-    "robot",
-    "astronaut",
-    "wizard",
+    "dog", "cat", "man", "woman", "child", "girl", "boy", "baby", "old man", "old woman",
+    "teacher", "doctor", "chef", "farmer", "soldier", "nurse", "student", "king", "queen",
+    "clown", "pilot", "dancer", "singer", "painter", "monkey", "bear", "fox", "horse",
+    "rabbit", "lion", "tiger", "wolf", "pig", "cow", "sheep", "robot", "astronaut", "wizard",
 ]
 TEMPLATES = [
-    "a photo of a {}",
-    "a portrait of a {}",
-    "a close-up picture of a {}",
-    "an image of a {} in the park",
-    "a painting of a {}",
-    "a {} standing in the street",
+    "a photo of a {}", "a portrait of a {}", "a close-up picture of a {}",
+    "an image of a {} in the park", "a painting of a {}", "a {} standing in the street",
 ]
 ADJECTIVES = [
-    "smiling",
-    "sad",
-    "angry",
-    "sleeping",
-    "young",
-    "old",
-    "red",
-    "blue",
-    "tiny",
-    "giant",
-    "wet",
-    "happy",
-    "tired",
-    "famous",
-    "wooden",
-    "golden",
-    "dirty",
-    "shiny",
-    "scared",
-    "calm",
+    "smiling", "sad", "angry", "sleeping", "young", "old", "red", "blue", "tiny", "giant",
+    "wet", "happy", "tired", "famous", "wooden", "golden", "dirty", "shiny", "scared", "calm",
 ]
 
 
@@ -144,9 +88,8 @@ def minilm_embedder() -> Callable[[list[str]], np.ndarray]:
     return embed
 
 
-def train_topk_sae(
-    X: np.ndarray, m: int, k: int = 32, steps: int = 150, lr: float = 2e-3, rng: Any = None
-) -> tuple[np.ndarray, np.ndarray]:
+def train_topk_sae(X: np.ndarray, m: int, k: int = 32, steps: int = 150, lr: float = 2e-3,
+                   rng: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Train a TopK SAE ``z = TopK(W_enc (x - b) + b_enc)``, ``x_hat = D z + b`` (unit-norm D columns).
 
     Returns
@@ -202,16 +145,9 @@ class DemoResult:
     seconds: float
 
 
-def run_demo(
-    embedder: str = "auto",
-    attribute: str = "smiling",
-    k_sae: int = 32,
-    sae_steps: int = 150,
-    budget: int = 12,
-    rng: Any = 0,
-    hash_dim: int = 384,
-    sae_mult: int = 8,
-) -> DemoResult:
+def run_demo(embedder: str = "auto", attribute: str = "smiling", k_sae: int = 32,
+             sae_steps: int = 150, budget: int = 12, rng: Any = 0, hash_dim: int = 384,
+             sae_mult: int = 8) -> DemoResult:
     """Run the pipeline; ``embedder`` is "minilm", "hash" or "auto" (MiniLM when installed).
 
     ``hash_dim`` is the width of the fallback embedder and ``sae_mult`` the SAE expansion
@@ -275,17 +211,12 @@ def run_demo(
     bo = bayes_opt_strength(J_train, bounds=(0.0, hi), budget=budget, rng=gen)
     h_after = Hs[is_test] + bo.x_best * v
     res = DemoResult(
-        embedder=name,
-        d=d,
-        m=D.shape[1],
-        support_size=int(est.support_.size),
-        alpha=float(est.alpha_),
-        strength=float(bo.x_best),
+        embedder=name, d=d, m=D.shape[1], support_size=int(est.support_.size),
+        alpha=float(est.alpha_), strength=float(bo.x_best),
         heldout_cos_before=float(cos(Hs[is_test], Ht[is_test]).mean()),
         heldout_cos_after=float(cos(h_after, Ht[is_test]).mean()),
         heldout_drift_after=float((1 - cos(h_after, Hs[is_test])).mean()),
-        objective_at_zero=J_train(0.0),
-        objective_best=float(bo.y_best),
+        objective_at_zero=J_train(0.0), objective_best=float(bo.y_best),
         seconds=time.perf_counter() - t0,
     )
     log.info("SRLS demo: %s", res)

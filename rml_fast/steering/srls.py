@@ -128,29 +128,13 @@ class SRLS:
     [3, 50]
     """
 
-    def __init__(
-        self,
-        alphas: Any = None,
-        n_alphas: int = 50,
-        eps: float = 1e-3,
-        max_support: int = 256,
-        cv: int = 5,
-        support: str = "cv",
-        k: int | None = None,
-        ridge: str = "gcv",
-        ridge_mu: float | None = None,
-        relax_phi: float = 0.0,
-        tol: float = 1e-6,
-        max_epochs: int = 10_000,
-        screening: bool = True,
-        working_set: bool = True,
-        n_subsamples: int = 50,
-        stability_threshold: float = 0.6,
-        stability_alpha: float | None = None,
-        device: str = "auto",
-        rng: Any = None,
-        n_threads: int | None = None,
-    ) -> None:
+    def __init__(self, alphas: Any = None, n_alphas: int = 50, eps: float = 1e-3,
+                 max_support: int = 256, cv: int = 5, support: str = "cv", k: int | None = None,
+                 ridge: str = "gcv", ridge_mu: float | None = None, relax_phi: float = 0.0,
+                 tol: float = 1e-6, max_epochs: int = 10_000, screening: bool = True,
+                 working_set: bool = True, n_subsamples: int = 50,
+                 stability_threshold: float = 0.6, stability_alpha: float | None = None,
+                 device: str = "auto", rng: Any = None, n_threads: int | None = None) -> None:
         self.alphas = alphas
         self.n_alphas = n_alphas
         self.eps = eps
@@ -197,9 +181,7 @@ class SRLS:
         check_scalar(self.cv, "cv", Interval("int", 2, None))
         check_scalar(self.relax_phi, "relax_phi", Interval("real", 0, 1))
         check_scalar(self.n_subsamples, "n_subsamples", Interval("int", 1, None))
-        check_scalar(
-            self.stability_threshold, "stability_threshold", Interval("real", 0, 1, "right")
-        )
+        check_scalar(self.stability_threshold, "stability_threshold", Interval("real", 0, 1, "right"))
         if self.support not in _SUPPORT:
             raise ValueError(f"support must be one of {_SUPPORT}, got {self.support!r}")
         if self.ridge not in _RIDGE:
@@ -213,29 +195,21 @@ class SRLS:
                 raise ValueError("ridge_mu must be given when ridge='fixed'")
             check_scalar(self.ridge_mu, "ridge_mu", Interval("real", 0, None))
         if self.stability_alpha is not None:
-            check_scalar(
-                self.stability_alpha, "stability_alpha", Interval("real", 0, None, "neither")
-            )
+            check_scalar(self.stability_alpha, "stability_alpha", Interval("real", 0, None, "neither"))
         if self.device not in ("auto", "numpy", "cpu"):
             raise ValueError(f"device must be 'auto', 'numpy' or 'cpu', got {self.device!r}")
 
     def _solver_kw(self) -> dict[str, Any]:
-        return {
-            "tol": self.tol,
-            "max_epochs": self.max_epochs,
-            "screening": "gap_safe" if self.screening else None,
-            "working_set": bool(self.working_set),
-            "n_threads": self.n_threads,
-        }
+        return {"tol": self.tol, "max_epochs": self.max_epochs,
+                "screening": "gap_safe" if self.screening else None,
+                "working_set": bool(self.working_set), "n_threads": self.n_threads}
 
     def _path(self, D: np.ndarray, Y: np.ndarray, lambdas: np.ndarray, chunk: int = 10):
         """Warm-started path on the columns of Y (d, B); stops once every support > max_support."""
         coefs, gaps = [], []
         warm = None
         for start in range(0, lambdas.size, chunk):
-            res = lasso_path(
-                D, Y, lambdas[start : start + chunk], warm_start=warm, **self._solver_kw()
-            )
+            res = lasso_path(D, Y, lambdas[start:start + chunk], warm_start=warm, **self._solver_kw())
             coefs.append(res.coefs)
             gaps.append(res.gaps)
             warm = res.coefs[-1]
@@ -266,9 +240,7 @@ class SRLS:
         d = D.shape[0]
         deltas = check_array(deltas, "deltas", ndim=(2, 3))
         if deltas.shape[-1] != d:
-            raise ValueError(
-                f"deltas must have last dimension d={d} (rows of D), got {deltas.shape}"
-            )
+            raise ValueError(f"deltas must have last dimension d={d} (rows of D), got {deltas.shape}")
         if deltas.ndim == 3:
             deltas = deltas.mean(axis=1)
         n = deltas.shape[0]
@@ -313,9 +285,8 @@ class SRLS:
                 reach = np.flatnonzero(sizes >= self.k)
                 idx = int(reach[0]) if reach.size else coefs.shape[0] - 1
                 if not reach.size:
-                    log.warning(
-                        "SRLS: the path never reached k=%d features; using %d", self.k, sizes[idx]
-                    )
+                    log.warning("SRLS: the path never reached k=%d features; using %d", self.k,
+                                sizes[idx])
             self.alpha_ = float(self.path_[idx])
             self.lasso_coef_ = coefs[idx].astype(np.float64)
             self.dual_gap_ = float(gaps[idx])
@@ -482,11 +453,7 @@ class SAEDecoderAdapter:
         if layout not in ("dm", "md"):
             raise ValueError(f"layout must be 'dm' or 'md', got {layout!r}")
         D = np.asfortranarray(W if layout == "dm" else W.T)
-        b = (
-            np.zeros(D.shape[0], dtype=D.dtype)
-            if b_dec is None
-            else check_array(b_dec, "b_dec", ndim=1)
-        )
+        b = np.zeros(D.shape[0], dtype=D.dtype) if b_dec is None else check_array(b_dec, "b_dec", ndim=1)
         if b.shape != (D.shape[0],):
             raise ValueError(f"b_dec must have shape ({D.shape[0]},), got {b.shape}")
         return cls(D, b.astype(D.dtype))

@@ -15,14 +15,11 @@ def check_binary_X(X: Any, n_features: int | None = None, name: str = "X") -> np
     """Validate a 0/1 feature matrix; returns it as uint8 of shape (n, p)."""
     x = check_array(X, name, dtypes=None, ndim=2)
     if not np.isin(x, (0, 1)).all():
-        raise ValueError(
-            f"{name} must be binary (0/1 only); binarise numeric data first, "
-            "e.g. with rml_fast.trees.QuantileBinarizer"
-        )
+        raise ValueError(f"{name} must be binary (0/1 only); binarise numeric data first, "
+                         "e.g. with rml_fast.trees.QuantileBinarizer")
     if n_features is not None and x.shape[1] != n_features:
-        raise ValueError(
-            f"{name} has {x.shape[1]} features, but the model was fitted with {n_features}"
-        )
+        raise ValueError(f"{name} has {x.shape[1]} features, but the model was fitted "
+                         f"with {n_features}")
     return x.astype(np.uint8, copy=False)
 
 
@@ -99,13 +96,8 @@ class FallingTree:
     def n_branching(self) -> int:
         """Internal nodes whose two children are both internal."""
         internal = self.feature >= 0
-        return int(
-            sum(
-                1
-                for i in np.flatnonzero(internal)
-                if internal[self.priority[i]] and internal[self.second[i]]
-            )
-        )
+        return int(sum(1 for i in np.flatnonzero(internal)
+                       if internal[self.priority[i]] and internal[self.second[i]]))
 
     def features_used(self) -> np.ndarray:
         """Sorted distinct features tested anywhere in the tree."""
@@ -179,9 +171,8 @@ class FallingTree:
         if names is not None and self.n_leaves > 1:
             needed = int(self.feature.max()) + 1
             if len(names) < needed:
-                raise ValueError(
-                    f"feature_names must name at least {needed} features, got {len(names)}"
-                )
+                raise ValueError(f"feature_names must name at least {needed} features, "
+                                 f"got {len(names)}")
         paths: dict[int, list[str]] = {0: []}
         rules = []
         for i in range(len(self.feature)):

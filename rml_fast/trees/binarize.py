@@ -35,9 +35,8 @@ class _Binarizer:
     def _finish(self, x: np.ndarray, thresholds: list[np.ndarray], names: list[str]) -> None:
         self.n_features_in_ = x.shape[1]
         self.binary_ = np.array([np.isin(x[:, j], (0.0, 1.0)).all() for j in range(x.shape[1])])
-        self.thresholds_ = [
-            np.array([0.5]) if self.binary_[j] else np.unique(t) for j, t in enumerate(thresholds)
-        ]
+        self.thresholds_ = [np.array([0.5]) if self.binary_[j] else np.unique(t)
+                            for j, t in enumerate(thresholds)]
         self.feature_names_in_ = names
         out = []
         for j, ts in enumerate(self.thresholds_):
@@ -53,10 +52,8 @@ class _Binarizer:
             raise RuntimeError(f"This {type(self).__name__} is not fitted yet; call fit(X)")
         x = self._check_X(X)
         if x.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {x.shape[1]} features, but {type(self).__name__} was "
-                f"fitted with {self.n_features_in_}"
-            )
+            raise ValueError(f"X has {x.shape[1]} features, but {type(self).__name__} was "
+                             f"fitted with {self.n_features_in_}")
         cols = []
         for j, ts in enumerate(self.thresholds_):
             if self.binary_[j]:
@@ -144,9 +141,8 @@ class ThresholdGuessBinarizer(_Binarizer):
         try:
             from sklearn.ensemble import GradientBoostingClassifier
         except ImportError as exc:  # pragma: no cover - sklearn is in the test extra
-            raise ImportError(
-                "ThresholdGuessBinarizer needs scikit-learn (pip install scikit-learn)"
-            ) from exc
+            raise ImportError("ThresholdGuessBinarizer needs scikit-learn "
+                              "(pip install scikit-learn)") from exc
         n_est = int(check_scalar(self.n_estimators, "n_estimators", Interval("int", 1, None)))
         depth = int(check_scalar(self.max_depth, "max_depth", Interval("int", 1, None)))
         x = self._check_X(X)

@@ -81,10 +81,8 @@ class _Params:
         valid = self._param_names()
         for k, v in params.items():
             if k not in valid:
-                raise ValueError(
-                    f"Invalid parameter {k!r} for {type(self).__name__}; "
-                    f"valid parameters are {valid}"
-                )
+                raise ValueError(f"Invalid parameter {k!r} for {type(self).__name__}; "
+                                 f"valid parameters are {valid}")
             setattr(self, k, v)
         return self
 
@@ -99,55 +97,29 @@ class _Params:
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
 
         classifier = self._estimator_type == "classifier"
-        return Tags(
-            estimator_type=self._estimator_type,
-            target_tags=TargetTags(required=True),
-            classifier_tags=ClassifierTags(multi_class=False) if classifier else None,
-            input_tags=InputTags(),
-        )
+        return Tags(estimator_type=self._estimator_type,
+                    target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags(multi_class=False) if classifier else None,
+                    input_tags=InputTags())
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "result_"):
-            raise RuntimeError(
-                f"This {type(self).__name__} instance is not fitted yet; call fit(X, y) first"
-            )
+            raise RuntimeError(f"This {type(self).__name__} instance is not fitted yet; "
+                               "call fit(X, y) first")
 
 
-def _search(
-    est: Any,
-    X: Any,
-    y: Any,
-    sample_weight: Any,
-    *,
-    bound_mode: str,
-    bound_value: float,
-    max_trees: int,
-) -> GraviTreeResult:
+def _search(est: Any, X: Any, y: Any, sample_weight: Any, *, bound_mode: str,
+            bound_value: float, max_trees: int) -> GraviTreeResult:
     if est.on_incomplete not in ("warn", "raise", "ignore"):
-        raise ValueError(
-            f"on_incomplete must be 'warn', 'raise' or 'ignore', got {est.on_incomplete!r}"
-        )
+        raise ValueError("on_incomplete must be 'warn', 'raise' or 'ignore', "
+                         f"got {est.on_incomplete!r}")
     res = gravitree_fit(
-        X,
-        y,
-        sample_weight,
-        regularization=est.regularization,
-        depth=est.depth_budget,
-        branch=est.branch_budget,
-        loss=est.loss,
-        tau=est.tau,
-        fn_cost=est.fn_cost,
-        falling=est.falling,
-        bound_mode=bound_mode,
-        bound_value=bound_value,
-        max_trees=max_trees,
-        time_limit=est.time_limit,
-        progress=est.progress,
-        ignore_trivial_extensions=est.ignore_trivial_extensions,
-        max_leaves=est.leaf_budget,
-        memory_limit=est.memory_limit,
-        n_threads=est.n_threads,
-    )
+        X, y, sample_weight, regularization=est.regularization, depth=est.depth_budget,
+        branch=est.branch_budget, loss=est.loss, tau=est.tau, fn_cost=est.fn_cost,
+        falling=est.falling, bound_mode=bound_mode, bound_value=bound_value,
+        max_trees=max_trees, time_limit=est.time_limit, progress=est.progress,
+        ignore_trivial_extensions=est.ignore_trivial_extensions, max_leaves=est.leaf_budget,
+        memory_limit=est.memory_limit, n_threads=est.n_threads)
     return res
 
 
@@ -163,10 +135,8 @@ def _report_incomplete(est: Any, res: GraviTreeResult) -> None:
         why = f"time limit of {est.time_limit} s reached"
     else:
         why = "stopped by the progress callback"
-    msg = (
-        f"{type(est).__name__}: search {why}; the {res.n_trees} trees returned are valid "
-        "but the result may be incomplete (complete_=False)"
-    )
+    msg = (f"{type(est).__name__}: search {why}; the {res.n_trees} trees returned are valid "
+           "but the result may be incomplete (complete_=False)")
     if est.on_incomplete == "raise":
         raise IncompleteSearchError(msg, est)
     warnings.warn(msg, IncompleteSearchWarning, stacklevel=3)
@@ -244,23 +214,13 @@ class FallingTreeClassifier(_Params):
 
     _estimator_type = "classifier"
 
-    def __init__(
-        self,
-        regularization: float = 0.01,
-        depth_budget: int = 4,
-        branch_budget: int | None = None,
-        loss: str = "misclassification",
-        tau: float = 0.5,
-        fn_cost: float | None = None,
-        falling: bool = True,
-        time_limit: float | None = None,
-        n_threads: int = 1,
-        on_incomplete: str = "warn",
-        progress: bool = True,
-        ignore_trivial_extensions: bool = False,
-        leaf_budget: int | None = None,
-        memory_limit: float | None = None,
-    ) -> None:
+    def __init__(self, regularization: float = 0.01, depth_budget: int = 4,
+                 branch_budget: int | None = None, loss: str = "misclassification",
+                 tau: float = 0.5, fn_cost: float | None = None, falling: bool = True,
+                 time_limit: float | None = None, n_threads: int = 1,
+                 on_incomplete: str = "warn", progress: bool = True,
+                 ignore_trivial_extensions: bool = False,
+                 leaf_budget: int | None = None, memory_limit: float | None = None) -> None:
         self.regularization = regularization
         self.depth_budget = depth_budget
         self.branch_budget = branch_budget
@@ -278,7 +238,8 @@ class FallingTreeClassifier(_Params):
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> FallingTreeClassifier:
         """Fit an optimal falling tree to 0/1 ``X`` of shape (n, p) and 0/1 ``y`` of shape (n,)."""
-        res = _search(self, X, y, sample_weight, bound_mode="optimal", bound_value=0.0, max_trees=1)
+        res = _search(self, X, y, sample_weight, bound_mode="optimal", bound_value=0.0,
+                      max_trees=1)
         self.result_ = res
         self.n_features_in_ = res.n_features
         self.classes_ = np.array([0, 1], dtype=np.int64)
@@ -366,27 +327,15 @@ class FallingRashomonSet(_Params):
     True
     """
 
-    def __init__(
-        self,
-        regularization: float = 0.01,
-        depth_budget: int = 4,
-        branch_budget: int | None = None,
-        rashomon_multiplier: float = 0.05,
-        rashomon_adder: float | None = None,
-        rashomon_bound: float | None = None,
-        loss: str = "misclassification",
-        tau: float = 0.5,
-        fn_cost: float | None = None,
-        falling: bool = True,
-        max_trees: int = 10**7,
-        time_limit: float | None = None,
-        n_threads: int = 1,
-        on_incomplete: str = "warn",
-        progress: bool = True,
-        ignore_trivial_extensions: bool = False,
-        leaf_budget: int | None = None,
-        memory_limit: float | None = None,
-    ) -> None:
+    def __init__(self, regularization: float = 0.01, depth_budget: int = 4,
+                 branch_budget: int | None = None, rashomon_multiplier: float = 0.05,
+                 rashomon_adder: float | None = None, rashomon_bound: float | None = None,
+                 loss: str = "misclassification", tau: float = 0.5,
+                 fn_cost: float | None = None, falling: bool = True,
+                 max_trees: int = 10**7, time_limit: float | None = None,
+                 n_threads: int = 1, on_incomplete: str = "warn", progress: bool = True,
+                 ignore_trivial_extensions: bool = False,
+                 leaf_budget: int | None = None, memory_limit: float | None = None) -> None:
         self.regularization = regularization
         self.depth_budget = depth_budget
         self.branch_budget = branch_budget
@@ -418,9 +367,8 @@ class FallingRashomonSet(_Params):
             mode, value, name = "multiplier", self.rashomon_multiplier, "rashomon_multiplier"
         value = check_scalar(value, name, Interval("real", 0, None))
         max_trees = check_scalar(self.max_trees, "max_trees", Interval("int", 1, None))
-        res = _search(
-            self, X, y, sample_weight, bound_mode=mode, bound_value=value, max_trees=int(max_trees)
-        )
+        res = _search(self, X, y, sample_weight, bound_mode=mode, bound_value=value,
+                      max_trees=int(max_trees))
         self.result_ = res
         self.n_features_in_ = res.n_features
         self.n_trees_ = res.n_trees
@@ -493,7 +441,8 @@ class FallingRashomonSet(_Params):
                 return np.zeros(self.n_features_in_)
             counts = self.result_.feature_counts()
             return np.array([c / self.n_trees_ for c in counts], dtype=np.float64)
-        k = min(self.n_trees_, int(check_scalar(max_trees, "max_trees", Interval("int", 1, None))))
+        k = min(self.n_trees_, int(check_scalar(max_trees, "max_trees",
+                                                Interval("int", 1, None))))
         out = np.zeros(self.n_features_in_, dtype=np.float64)
         for i in range(k):
             out[self[i].features_used()] += 1

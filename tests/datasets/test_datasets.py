@@ -7,16 +7,9 @@ import pytest
 
 from rml_fast.datasets import BINARIZED_DATASETS, load_binarized
 
-SHAPES = {
-    "monk_1": (124, 11),
-    "monk_2": (169, 11),
-    "monk_3": (122, 11),
-    "compas-binned": (6907, 12),
-    "fico-binary": (10459, 17),
-    "tic-tac-toe": (958, 18),
-    "car_evaluation": (1728, 15),
-    "coupon-bar": (1913, 14),
-}
+SHAPES = {"monk_1": (124, 11), "monk_2": (169, 11), "monk_3": (122, 11),
+          "compas-binned": (6907, 12), "fico-binary": (10459, 17), "tic-tac-toe": (958, 18),
+          "car_evaluation": (1728, 15), "coupon-bar": (1913, 14)}
 
 
 @pytest.mark.parametrize("name", BINARIZED_DATASETS)

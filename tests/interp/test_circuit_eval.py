@@ -150,9 +150,7 @@ def test_sparse_circuits_match_hooks(chunk, ablation):
     gen = torch.Generator().manual_seed(5)
     dens = torch.linspace(0.02, 0.3, 8)[:, None, None]
     masks = (torch.rand(8, g.n_fwd, g.n_bwd, generator=gen) < dens) & g.real_edge_mask
-    batched = evaluate_masks(
-        model, g, clean, corrupt, masks, metric, ablation=ablation, chunk=chunk
-    )
+    batched = evaluate_masks(model, g, clean, corrupt, masks, metric, ablation=ablation, chunk=chunk)
     hooked = evaluate_masks_hooked(model, g, clean, corrupt, masks, metric, ablation=ablation)
     torch.testing.assert_close(batched, hooked, rtol=1e-9, atol=1e-9)
     assert len({round(v, 9) for v in batched.tolist()}) > 3  # the masks differ in effect

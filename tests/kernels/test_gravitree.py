@@ -98,9 +98,8 @@ def test_native_equals_brute_force(seed, n, p, depth, lam, eps, branch, falling)
     assert nat.feature_counts() == ref.feature_counts()
     w = np.ones(n)
     for i in range(len(nat)):
-        obj = _check_tree(
-            nat.tree(i), X, y, w, lam=lam, depth=depth, branch=branch, falling=falling
-        )
+        obj = _check_tree(nat.tree(i), X, y, w, lam=lam, depth=depth, branch=branch,
+                          falling=falling)
         assert obj == nat.objectives[i]
         assert obj <= nat.theta
 
@@ -118,15 +117,8 @@ def test_bound_modes_match_brute_force(mode):
 
 @pytest.mark.parametrize(
     "extra",
-    [
-        dict(loss="logloss"),
-        dict(fn_cost=2.0),
-        dict(tau=0.3),
-        dict(ignore_trivial_extensions=True),
-        dict(max_leaves=3),
-        dict(max_leaves=4, branch=1),
-        dict(max_leaves=5, falling=False),
-    ],
+    [dict(loss="logloss"), dict(fn_cost=2.0), dict(tau=0.3), dict(ignore_trivial_extensions=True),
+     dict(max_leaves=3), dict(max_leaves=4, branch=1), dict(max_leaves=5, falling=False)],
 )
 def test_loss_options_match_brute_force(extra):
     X, y = _problem(7, 30, 4)
@@ -212,13 +204,13 @@ def test_deterministic_output():
     a = gravitree_fit(X, y, depth=3, regularization=0.01, bound_value=0.1)
     b = gravitree_fit(X, y, depth=3, regularization=0.01, bound_value=0.1)
     assert [canonical_string(a.tree(i), oriented=True) for i in range(len(a))] == [
-        canonical_string(b.tree(i), oriented=True) for i in range(len(b))
-    ]
+        canonical_string(b.tree(i), oriented=True) for i in range(len(b))]
 
 
 def test_time_limit_returns_partial_result_flagged():
     X, y = _problem(14, 2000, 30)
-    res = gravitree_fit(X, y, depth=5, regularization=0.001, bound_value=0.2, time_limit=1e-3)
+    res = gravitree_fit(X, y, depth=5, regularization=0.001, bound_value=0.2,
+                        time_limit=1e-3)
     assert not res.complete
     for i in range(min(len(res), 20)):
         t = res.tree(i)
@@ -262,26 +254,10 @@ def test_monitor_can_stop_the_search_like_ctrl_c():
         calls.append((phase, n_subproblems))
         return True  # ask to stop at the first call
 
-    s = _C.gravitree.fit(
-        prob.xu,
-        prob.pos,
-        prob.tot,
-        prob.total_weight,
-        prob.integral,
-        prob.regularization,
-        prob.depth,
-        prob.branch,
-        prob.loss,
-        prob.tau,
-        prob.cost,
-        prob.falling,
-        prob.bound_mode,
-        prob.bound_value,
-        0.0,
-        True,
-        False,
-        monitor=monitor,
-    )
+    s = _C.gravitree.fit(prob.xu, prob.pos, prob.tot, prob.total_weight, prob.integral,
+                         prob.regularization, prob.depth, prob.branch, prob.loss, prob.tau,
+                         prob.cost, prob.falling, prob.bound_mode, prob.bound_value, 0.0, True,
+                         False, monitor=monitor)
     assert len(calls) == 1
     assert not s.complete
     assert s.n_trees >= 1  # the best trees found so far come back
@@ -321,8 +297,7 @@ def test_threads_give_identical_output():
     two = gravitree_fit(X, y, n_threads=2, **kw)
     assert len(one) == len(two) > 1
     assert [canonical_string(one.tree(i), oriented=True) for i in range(len(one))] == [
-        canonical_string(two.tree(i), oriented=True) for i in range(len(two))
-    ]
+        canonical_string(two.tree(i), oriented=True) for i in range(len(two))]
     assert one.stats["n_subproblems"] == two.stats["n_subproblems"]
 
 
@@ -345,9 +320,8 @@ def test_ctrl_c_stops_the_search_and_keeps_the_result():
         "print(json.dumps({'complete': res.complete, 'n': int(len(res) > 0),\n"
         "                  'ki': res.stats['keyboard_interrupt']}), flush=True)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "started"

@@ -64,14 +64,8 @@ def test_fista_orthonormal_closed_form(tl_lasso, dtype):
     Y = rng.standard_normal((n, 2))
     lams = np.array([0.05, 0.02])
     tol = 1e-10 if dtype == torch.float64 else 1e-5
-    res = tl_lasso.fista_path(
-        torch.from_numpy(Q).to(dtype),
-        torch.from_numpy(Y).to(dtype),
-        lams,
-        tol=tol,
-        max_iter=40,
-        check_every=2,
-    )
+    res = tl_lasso.fista_path(torch.from_numpy(Q).to(dtype), torch.from_numpy(Y).to(dtype), lams,
+                              tol=tol, max_iter=40, check_every=2)
     assert np.all(res.n_epochs <= 6)  # one proximal step is exact for an orthonormal design
     assert res.coefs.shape == (2, 2, n)
     Zt = (Q.T @ Y).T
@@ -86,14 +80,12 @@ def test_lasso_path_dispatches_torch_to_triton(tl_lasso):
     rng = np.random.default_rng(5)
     Q = np.linalg.qr(rng.standard_normal((8, 8)))[0]
     y = rng.standard_normal(8)
-    res = lasso_path(
-        torch.from_numpy(Q), torch.from_numpy(y), [0.05], backend="triton", tol=1e-10, max_epochs=4
-    )
+    res = lasso_path(torch.from_numpy(Q), torch.from_numpy(y), [0.05], backend="triton",
+                     tol=1e-10, max_epochs=4)
     assert isinstance(res.coefs, torch.Tensor)
     z = Q.T @ y
-    np.testing.assert_allclose(
-        res.coefs[0].numpy(), np.sign(z) * np.maximum(np.abs(z) - 0.4, 0), atol=1e-10
-    )
+    np.testing.assert_allclose(res.coefs[0].numpy(), np.sign(z) * np.maximum(np.abs(z) - 0.4, 0),
+                               atol=1e-10)
 
 
 def test_fista_input_errors(tl_lasso):
@@ -115,9 +107,8 @@ def test_fista_matches_native_with_screening(tl_lasso):
     Y = D[:, :3] @ rng.standard_normal((3, B)) + 0.01 * rng.standard_normal((n, B))
     lam = float(np.abs(D.T @ Y).max()) / n / 4
     ref = lasso_path(D, Y, [lam], tol=1e-12)
-    res = tl_lasso.fista_path(
-        torch.from_numpy(D), torch.from_numpy(Y), [lam], tol=1e-8, max_iter=3000, check_every=20
-    )
+    res = tl_lasso.fista_path(torch.from_numpy(D), torch.from_numpy(Y), [lam], tol=1e-8,
+                              max_iter=3000, check_every=20)
     assert np.all(res.gaps <= 1e-8 * (Y**2).sum(0) / (2 * n) + 1e-15)
     np.testing.assert_allclose(res.coefs[0].numpy(), ref.coefs[0], atol=1e-3)
 
@@ -156,14 +147,8 @@ def test_fista_path_matches_reference_several_rhs(tl_lasso, dtype, monkeypatch):
     monkeypatch.setattr(tl_lasso, "dtr_gemm_absmax", gemm_spy)
     monkeypatch.setattr(tl_lasso, "soft_threshold_update", update_spy)
     tol = 1e-10 if dtype == torch.float64 else 1e-6
-    res = tl_lasso.fista_path(
-        torch.from_numpy(D).to(dtype),
-        torch.from_numpy(Y).to(dtype),
-        lams,
-        tol=tol,
-        max_iter=2000,
-        check_every=10,
-    )
+    res = tl_lasso.fista_path(torch.from_numpy(D).to(dtype), torch.from_numpy(Y).to(dtype), lams,
+                              tol=tol, max_iter=2000, check_every=10)
     assert res.coefs.shape == (2, B, m) and res.coefs.dtype == dtype
     ynorm = (Y**2).sum(0) / (2 * n)
     assert np.all(res.gaps >= 0)

@@ -153,9 +153,7 @@ def test_angle_table_is_the_beta_cdf():
 # --- Triton ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("dim", "k", "p"), [(1, 1.0, 0.5), (3, 3.0, 2.0), (5, 2.5, 0.7), (33, 33.0, 1.0)]
-)
+@pytest.mark.parametrize(("dim", "k", "p"), [(1, 1.0, 0.5), (3, 3.0, 2.0), (5, 2.5, 0.7), (33, 33.0, 1.0)])
 def test_triton_sampler_matches_native_for_the_same_seed(dim, k, p):
     pytest.importorskip("triton")
     torch = pytest.importorskip("torch")
@@ -165,23 +163,12 @@ def test_triton_sampler_matches_native_for_the_same_seed(dim, k, p):
     if device == "cpu" and not triton_interpreting():
         pytest.skip("needs CUDA or TRITON_INTERPRET=1")
     seed, offset = 2**40 + 7, 3
-    got = K.sgg_sample(
-        200, dim, 1.3, k, p, seed=seed, offset=offset, device=device, backend="triton"
-    )
+    got = K.sgg_sample(200, dim, 1.3, k, p, seed=seed, offset=offset, device=device, backend="triton")
     want = K.sgg_sample(200, dim, 1.3, k, p, seed=seed, offset=offset)
     assert got.dtype == torch.float64
     np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-11, atol=1e-11)
     got32 = K.sgg_sample(
-        200,
-        dim,
-        1.3,
-        k,
-        p,
-        seed=seed,
-        offset=offset,
-        device=device,
-        backend="triton",
-        dtype=torch.float32,
+        200, dim, 1.3, k, p, seed=seed, offset=offset, device=device, backend="triton", dtype=torch.float32
     )
     assert got32.dtype == torch.float32
     np.testing.assert_allclose(got32.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
@@ -254,24 +241,17 @@ def test_native_fft_folds_long_input_modulo_n():
     np.testing.assert_allclose(re + 1j * im, np.fft.rfft(folded), atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    ("na", "nb"), [(1, 1), (1, 100), (7, 300), (65, 70), (3000, 5000), (20000, 33)]
-)
+@pytest.mark.parametrize(("na", "nb"), [(1, 1), (1, 100), (7, 300), (65, 70), (3000, 5000), (20000, 33)])
 def test_pld_convolve_is_linear_convolution(na, nb):
     rng = np.random.default_rng(na + nb)
     a, b = rng.random(na), rng.random(nb)
     got = K.pld_convolve(a, b)
     assert got.shape == (na + nb - 1,)
-    np.testing.assert_allclose(
-        got, np.convolve(a, b), atol=1e-13 * max(1.0, np.convolve(a, b).max())
-    )
+    np.testing.assert_allclose(got, np.convolve(a, b), atol=1e-13 * max(1.0, np.convolve(a, b).max()))
     np.testing.assert_allclose(got, K.pld_convolve(a, b, backend="reference"), atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    ("size", "shift", "n"),
-    [(4096, 5, 37), (6144, -77, 3), (20480, 1234, 1000), (40960, 0, 2), (20, 3, 5)],
-)
+@pytest.mark.parametrize(("size", "shift", "n"), [(4096, 5, 37), (6144, -77, 3), (20480, 1234, 1000), (40960, 0, 2), (20, 3, 5)])
 def test_pld_self_convolve_matches_numpy_fft(size, shift, n):
     rng = np.random.default_rng(size)
     p = rng.random(7000) * np.exp(-np.linspace(0, 30, 7000))

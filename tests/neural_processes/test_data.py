@@ -176,12 +176,8 @@ def test_series_tasks_lynx_random_split() -> None:
         for k in range(4):
             assert not set(ic[k]) & set(iq[k])  # context and targets disjoint
         # values are the standardised log10 counts at affinely mapped years
-        np.testing.assert_allclose(
-            b.yc[..., 0].numpy(), (logc[ic] - gen.y_mean) / gen.y_std, rtol=1e-6
-        )
-        np.testing.assert_allclose(
-            b.xq[..., 0].numpy(), -3 + (years[iq] - 1821) * 6 / 113, rtol=1e-6
-        )
+        np.testing.assert_allclose(b.yc[..., 0].numpy(), (logc[ic] - gen.y_mean) / gen.y_std, rtol=1e-6)
+        np.testing.assert_allclose(b.xq[..., 0].numpy(), -3 + (years[iq] - 1821) * 6 / 113, rtol=1e-6)
     assert float(b.xc.min()) >= -3 and float(b.xc.max()) <= 3
 
 

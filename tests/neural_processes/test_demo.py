@@ -23,16 +23,8 @@ def test_cli_demo_np_tiny_budget(tmp_path, capsys) -> None:
     png = tmp_path / "bands.png"
     rc = main(
         [
-            "demo",
-            "np",
-            "--budget",
-            "0.5",
-            "--baselines",
-            "convcnp-grid",
-            "--test-batches",
-            "1",
-            "--out",
-            str(png),
+            "demo", "np", "--budget", "0.5", "--baselines", "convcnp-grid",
+            "--test-batches", "1", "--out", str(png),
         ]
     )
     assert rc == 0

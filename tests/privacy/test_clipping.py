@@ -69,19 +69,11 @@ def _cases() -> dict[str, tuple[nn.Module, torch.Tensor]]:
         "linear": (Head(nn.Linear(5, 3)), torch.randn(B, 5)),
         "linear_seq": (Head(nn.Linear(5, 3)), torch.randn(B, 7, 5)),
         "linear_seq2": (Head(nn.Linear(4, 4, bias=False)), torch.randn(B, 2, 3, 4)),
-        "conv1d": (
-            Head(nn.Conv1d(3, 4, 3, padding=2, dilation=2, stride=2)),
-            torch.randn(B, 3, 11),
-        ),
+        "conv1d": (Head(nn.Conv1d(3, 4, 3, padding=2, dilation=2, stride=2)), torch.randn(B, 3, 11)),
         "conv1d_groups": (Head(nn.Conv1d(4, 6, 2, groups=2)), torch.randn(B, 4, 7)),
-        "conv2d": (
-            Head(nn.Conv2d(2, 3, (3, 5), padding="same", dilation=(2, 1))),
-            torch.randn(B, 2, 6, 5),
-        ),
-        "conv2d_stride": (
-            Head(nn.Conv2d(2, 3, 3, stride=2, padding=1, padding_mode="circular")),
-            torch.randn(B, 2, 7, 6),
-        ),
+        "conv2d": (Head(nn.Conv2d(2, 3, (3, 5), padding="same", dilation=(2, 1))), torch.randn(B, 2, 6, 5)),
+        "conv2d_stride": (Head(nn.Conv2d(2, 3, 3, stride=2, padding=1, padding_mode="circular")),
+                          torch.randn(B, 2, 7, 6)),
         "embedding": (Head(nn.Embedding(11, 5, padding_idx=0)), ids),
         "layernorm": (Head(nn.LayerNorm((3, 4))), torch.randn(B, 2, 3, 4)),
         "groupnorm": (Head(nn.GroupNorm(2, 4)), torch.randn(B, 4, 3, 3)),
@@ -205,17 +197,8 @@ def test_accumulate_two_passes_with_noise() -> None:
 # opacus 1.6 differs from brute force (and from us) on non-zero padding modes (it ignores
 # padding_mode="circular"/"reflect") and on Embedding(padding_idx=...) (it gives the padding
 # row a gradient): those cases are checked against vmap(grad) only.
-OPACUS_CASES = [
-    "linear",
-    "linear_seq",
-    "linear_seq2",
-    "conv1d",
-    "conv1d_groups",
-    "conv2d",
-    "layernorm",
-    "groupnorm",
-    "rmsnorm",
-]
+OPACUS_CASES = ["linear", "linear_seq", "linear_seq2", "conv1d", "conv1d_groups", "conv2d",
+                "layernorm", "groupnorm", "rmsnorm"]
 
 
 @pytest.mark.filterwarnings("ignore:Full backward hook:UserWarning")

@@ -30,13 +30,8 @@ def _mlp() -> nn.Module:
 
 def _batches(steps: int, B: int = 10) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(3)
-    return [
-        (
-            torch.randn(B, 4, generator=gen, dtype=torch.float64),
-            torch.randint(0, 2, (B,), generator=gen),
-        )
-        for _ in range(steps)
-    ]
+    return [(torch.randn(B, 4, generator=gen, dtype=torch.float64),
+             torch.randint(0, 2, (B,), generator=gen)) for _ in range(steps)]
 
 
 def _losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -48,17 +43,9 @@ def test_noise_free_large_thresholds_is_recursive_momentum_sgd(memory_efficient:
     """sigma = 0, C huge: v_t = (1-b_t)(v_{t-1} + g(x_t) - g(x_{t-1})) + b_t g(x_t) (STORM)."""
     model, ref = _mlp(), _mlp()
     batches = _batches(6)
-    opt = DPC4Optimizer(
-        model,
-        lr=0.3,
-        noise_multiplier=0.0,
-        expected_batch_size=10,
-        anchor_clip=1e8,
-        drift_clip_scale=1e8,
-        beta0=0.7,
-        memory_efficient=memory_efficient,
-        seed=0,
-    )
+    opt = DPC4Optimizer(model, lr=0.3, noise_multiplier=0.0, expected_batch_size=10,
+                        anchor_clip=1e8, drift_clip_scale=1e8, beta0=0.7,
+                        memory_efficient=memory_efficient, seed=0)
     for x, y in batches:
         opt.step(lambda m, x=x, y=y: _losses(m, x, y))
 
@@ -74,10 +61,7 @@ def test_noise_free_large_thresholds_is_recursive_momentum_sgd(memory_efficient:
             v = g
         else:
             gp = mean_grad(prev, x, y)
-            v = [
-                (1 - beta) * (vi + gi - gpi) + beta * gi
-                for vi, gi, gpi in zip(v, g, gp, strict=True)
-            ]
+            v = [(1 - beta) * (vi + gi - gpi) + beta * gi for vi, gi, gpi in zip(v, g, gp, strict=True)]
         prev = copy.deepcopy(ref)
         with torch.no_grad():
             for p, vi in zip(ref.parameters(), v, strict=True):
@@ -102,25 +86,12 @@ def test_beta_one_matches_opacus_dp_sgd(algorithm: str, monkeypatch: pytest.Monk
     model = _mlp()
     peer = GradSampleModule(copy.deepcopy(model), loss_reduction="mean")
     kwargs = {"beta0": 1.0, "beta_power": 0.0} if algorithm == "dpc4" else {}
-    ours = DPC4Optimizer(
-        model,
-        lr=lr,
-        noise_multiplier=sigma,
-        expected_batch_size=B,
-        anchor_clip=C,
-        anchor_budget_fraction=rho,
-        algorithm=algorithm,
-        seed=seed,
-        **kwargs,
-    )
+    ours = DPC4Optimizer(model, lr=lr, noise_multiplier=sigma, expected_batch_size=B,
+                         anchor_clip=C, anchor_budget_fraction=rho, algorithm=algorithm,
+                         seed=seed, **kwargs)
     sigma_g = sigma / math.sqrt(rho) if algorithm == "dpc4" else sigma
-    peer_opt = DPOptimizer(
-        torch.optim.SGD(peer.parameters(), lr=lr),
-        noise_multiplier=sigma_g,
-        max_grad_norm=C,
-        expected_batch_size=B,
-        loss_reduction="mean",
-    )
+    peer_opt = DPOptimizer(torch.optim.SGD(peer.parameters(), lr=lr), noise_multiplier=sigma_g,
+                           max_grad_norm=C, expected_batch_size=B, loss_reduction="mean")
     numel = sum(p.numel() for p in model.parameters())
     key = seed_from_rng(seed)
     state = {"step": 0, "offset": 0}
@@ -160,13 +131,8 @@ def _breast_cancer() -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         f = np.mean(np.logaddexp(0, z) - y * z) + alpha / 2 * th[:-1] @ th[:-1]
         return f, np.concatenate([X.T @ r / n + alpha * th[:-1], [r.mean()]])
 
-    res = minimize(
-        objective,
-        np.zeros(d + 1),
-        jac=True,
-        method="L-BFGS-B",
-        options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 10_000},
-    )
+    res = minimize(objective, np.zeros(d + 1), jac=True, method="L-BFGS-B",
+                   options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 10_000})
     return X, y, res.x, alpha
 
 
@@ -181,21 +147,11 @@ def test_dpc4_removes_clipping_bias_on_breast_cancer() -> None:
         for seed in (0, 1):
             dist: list[float] = []
             DPC4Classifier(
-                epsilon=8.0,
-                delta=1e-5,
-                epochs=200,
-                batch_size=128,
-                lr=0.2,
-                lr_decay_steps=100.0,
-                alpha=alpha,
-                anchor_clip=0.3,
-                anchor_clip_growth=0.4,
-                drift_clip_scale=1.0,
-                algorithm=algorithm,
-                random_state=seed,
+                epsilon=8.0, delta=1e-5, epochs=200, batch_size=128, lr=0.2,
+                lr_decay_steps=100.0, alpha=alpha, anchor_clip=0.3, anchor_clip_growth=0.4,
+                drift_clip_scale=1.0, algorithm=algorithm, random_state=seed,
                 callback=lambda t, c, b, dist=dist: dist.append(
-                    float(np.linalg.norm(np.append(c, b) - opt))
-                ),
+                    float(np.linalg.norm(np.append(c, b) - opt))),
             ).fit(X, y)
             runs.append(dist)
         curves[algorithm] = np.mean(runs, axis=0)
@@ -203,7 +159,7 @@ def test_dpc4_removes_clipping_bias_on_breast_cancer() -> None:
 
     def at(algorithm: str, frac: float) -> float:
         end = int(frac * T)
-        return float(curves[algorithm][end - T // 10 : end].mean())
+        return float(curves[algorithm][end - T // 10:end].mean())
 
     assert at("dpc4", 1.0) < 0.6 * at("dpc4", 0.125)  # DP-C4 keeps improving
     assert at("dpsgd", 1.0) > 0.9 * at("dpsgd", 0.25)  # DP-SGD stalls at its biased point
@@ -230,27 +186,15 @@ def test_make_private_and_privacy_spent() -> None:
     loader = torch.utils.data.DataLoader(data, batch_size=20)
     model = _mlp()
     model, opt, private_loader = make_private_dpc4(
-        model,
-        {"lr": 0.1, "seed": 0},
-        loader,
-        target_epsilon=3.0,
-        target_delta=1e-5,
-        epochs=2,
-        generator=torch.Generator().manual_seed(0),
-    )
+        model, {"lr": 0.1, "seed": 0}, loader, target_epsilon=3.0, target_delta=1e-5, epochs=2,
+        generator=torch.Generator().manual_seed(0))
     assert isinstance(private_loader.batch_sampler, PoissonBatchSampler)
     assert opt.sample_rate == pytest.approx(0.1)
     seen: list[int] = []
     per_epoch = train_private(
-        model,
-        opt,
-        private_loader,
-        lambda out, yb: nn.functional.cross_entropy(out, yb, reduction="none"),
-        epochs=1,
-        delta=1e-5,
-        progress=False,
-        callback=lambda t, o: seen.append(t),
-    )
+        model, opt, private_loader, lambda out, yb: nn.functional.cross_entropy(
+            out, yb, reduction="none"), epochs=1, delta=1e-5, progress=False,
+        callback=lambda t, o: seen.append(t))
     assert opt.steps == 10 and seen == list(range(1, 11))
     spent = opt.privacy_spent(1e-5)
     assert 0.0 < spent < 3.0
@@ -268,9 +212,7 @@ def test_empty_poisson_batch_steps_with_noise_only() -> None:
     before = [p.detach().clone() for p in model.parameters()]
     x, y = torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
     opt.step(lambda: _losses(model, x, y))
-    moved = sum(
-        float((p.detach() - q).abs().sum()) for p, q in zip(model.parameters(), before, strict=True)
-    )
+    moved = sum(float((p.detach() - q).abs().sum()) for p, q in zip(model.parameters(), before, strict=True))
     assert moved > 0.0  # the noise is still released
 
 
@@ -279,18 +221,12 @@ def test_unsupported_layer_and_bad_hyperparameters_raise_before_training() -> No
     with pytest.raises(UnsupportedLayerError, match="BatchNorm1d"):
         DPC4Optimizer(bn, lr=0.1, noise_multiplier=1.0, expected_batch_size=4)
     model = _mlp()
-    bad = [
-        ({"lr": -1.0}, "lr"),
-        ({"noise_multiplier": -0.1}, "noise_multiplier"),
-        ({"expected_batch_size": 0}, "expected_batch_size"),
-        ({"anchor_budget_fraction": 1.0}, "anchor_budget_fraction"),
-        ({"anchor_clip": 0.0}, "anchor_clip"),
-        ({"threshold_shift": 0.0}, "threshold_shift"),
-        ({"anchor_clip_growth": 1.0}, "anchor_clip_growth"),
-        ({"sample_rate": 1.5}, "sample_rate"),
-        ({"algorithm": "adam"}, "algorithm"),
-        ({"memory_efficient": 1}, "memory_efficient"),
-    ]
+    bad = [({"lr": -1.0}, "lr"), ({"noise_multiplier": -0.1}, "noise_multiplier"),
+           ({"expected_batch_size": 0}, "expected_batch_size"),
+           ({"anchor_budget_fraction": 1.0}, "anchor_budget_fraction"),
+           ({"anchor_clip": 0.0}, "anchor_clip"), ({"threshold_shift": 0.0}, "threshold_shift"),
+           ({"anchor_clip_growth": 1.0}, "anchor_clip_growth"), ({"sample_rate": 1.5}, "sample_rate"),
+           ({"algorithm": "adam"}, "algorithm"), ({"memory_efficient": 1}, "memory_efficient")]
     for override, name in bad:
         kwargs = {"lr": 0.1, "noise_multiplier": 1.0, "expected_batch_size": 4, **override}
         with pytest.raises((ValueError, TypeError), match=name):
@@ -309,14 +245,9 @@ def test_unsupported_layer_and_bad_hyperparameters_raise_before_training() -> No
         DPC4Regressor(batch_size=100).fit(X, y.astype(float))
 
 
-@pytest.mark.parametrize(
-    ("dataset", "algorithm", "coef_rtol", "prob_atol"),
-    [
-        ("iris", "dpc4", 0.15, 0.03),
-        ("iris", "dpsgd", 0.06, 0.02),
-        ("wine", "dpc4", 0.2, 0.06),
-    ],
-)
+@pytest.mark.parametrize(("dataset", "algorithm", "coef_rtol", "prob_atol"), [
+    ("iris", "dpc4", 0.15, 0.03), ("iris", "dpsgd", 0.06, 0.02), ("wine", "dpc4", 0.2, 0.06),
+])
 def test_multiclass_matches_sklearn_optimum_at_large_epsilon(
     dataset: str, algorithm: str, coef_rtol: float, prob_atol: float
 ) -> None:
@@ -332,18 +263,9 @@ def test_multiclass_matches_sklearn_optimum_at_large_epsilon(
     X = StandardScaler().fit_transform(X)
     n, alpha = X.shape[0], 0.05
     ref = LogisticRegression(C=1 / (alpha * n), tol=1e-12, max_iter=10_000).fit(X, y)
-    clf = DPC4Classifier(
-        noise_multiplier=0.5,
-        delta=1e-5,
-        epochs=500,
-        batch_size=n,
-        lr=0.5,
-        lr_decay_steps=100.0,
-        alpha=alpha,
-        anchor_clip=4.0,
-        algorithm=algorithm,
-        random_state=0,
-    ).fit(X, y)
+    clf = DPC4Classifier(noise_multiplier=0.5, delta=1e-5, epochs=500, batch_size=n, lr=0.5,
+                         lr_decay_steps=100.0, alpha=alpha, anchor_clip=4.0,
+                         algorithm=algorithm, random_state=0).fit(X, y)
     assert clf.coef_.shape == (3, X.shape[1]) and clf.intercept_.shape == (3,)
     np.testing.assert_array_equal(clf.classes_, [0, 1, 2])
     assert 100.0 < clf.epsilon_ < math.inf  # private, at a large epsilon
@@ -360,16 +282,8 @@ def test_regressor_approaches_ridge_solution() -> None:
     X = rng.standard_normal((2000, 3))
     coef = np.array([0.4, -0.2, 0.1])
     y = X @ coef + 0.05 * rng.standard_normal(2000)
-    reg = DPC4Regressor(
-        epsilon=8.0,
-        delta=1e-6,
-        epochs=30,
-        batch_size=200,
-        lr=0.3,
-        alpha=0.0,
-        anchor_clip=2.0,
-        random_state=0,
-    ).fit(X, y)
+    reg = DPC4Regressor(epsilon=8.0, delta=1e-6, epochs=30, batch_size=200, lr=0.3, alpha=0.0,
+                        anchor_clip=2.0, random_state=0).fit(X, y)
     np.testing.assert_allclose(reg.coef_, coef, atol=0.05)
     assert reg.epsilon_ <= 8.0
     assert reg.score(X, y) > 0.9
@@ -382,16 +296,8 @@ def test_both_passes_see_the_same_dropout_masks() -> None:
     model = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.5), nn.Linear(16, 2)).double()
     ref = copy.deepcopy(model)
     batches = _batches(4)
-    opt = DPC4Optimizer(
-        model,
-        lr=0.3,
-        noise_multiplier=0.0,
-        expected_batch_size=10,
-        anchor_clip=1e8,
-        drift_clip_scale=1e8,
-        beta0=0.7,
-        seed=0,
-    )
+    opt = DPC4Optimizer(model, lr=0.3, noise_multiplier=0.0, expected_batch_size=10,
+                        anchor_clip=1e8, drift_clip_scale=1e8, beta0=0.7, seed=0)
     torch.manual_seed(42)
     for x, y in batches:
         opt.step(lambda x=x, y=y: _losses(model, x, y))
@@ -408,10 +314,7 @@ def test_both_passes_see_the_same_dropout_masks() -> None:
             torch.set_rng_state(state)
             gp = torch.autograd.grad(_losses(prev, x, y).mean(), list(prev.parameters()))
             torch.set_rng_state(after)
-            v = [
-                (1 - beta) * (vi + gi - gpi) + beta * gi
-                for vi, gi, gpi in zip(v, g, gp, strict=True)
-            ]
+            v = [(1 - beta) * (vi + gi - gpi) + beta * gi for vi, gi, gpi in zip(v, g, gp, strict=True)]
         prev = copy.deepcopy(ref)
         with torch.no_grad():
             for p, vi in zip(ref.parameters(), v, strict=True):
@@ -424,32 +327,17 @@ def test_budget_schedule_splits_the_noise() -> None:
     """rho_t callable: sigma_g = sigma/sqrt(rho_t), sigma_D = sigma/sqrt(1-rho_t), so that
     1/sigma_g^2 + 1/sigma_D^2 = 1/sigma^2 at every step; a bad schedule raises."""
     model = _mlp()
-    opt = DPC4Optimizer(
-        model,
-        lr=0.1,
-        noise_multiplier=2.0,
-        expected_batch_size=4,
-        anchor_budget_fraction=lambda t: 0.9 / (1 + t),
-    )
+    opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=2.0, expected_batch_size=4,
+                        anchor_budget_fraction=lambda t: 0.9 / (1 + t))
     for t in (0, 1, 5):
         sg, sd = opt.noise_multipliers(t)
         rho = 0.9 / (1 + t)
         assert sg == pytest.approx(2.0 / math.sqrt(rho))
         assert 1 / sg**2 + 1 / sd**2 == pytest.approx(1 / 4.0)
     with pytest.raises(ValueError, match="anchor_budget_fraction"):
-        DPC4Optimizer(
-            model,
-            lr=0.1,
-            noise_multiplier=1.0,
-            expected_batch_size=4,
-            anchor_budget_fraction=lambda t: 1.5,
-        )
-    late = DPC4Optimizer(
-        model,
-        lr=0.1,
-        noise_multiplier=1.0,
-        expected_batch_size=4,
-        anchor_budget_fraction=lambda t: 0.5 if t == 0 else 0.0,
-    )
+        DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
+                      anchor_budget_fraction=lambda t: 1.5)
+    late = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
+                         anchor_budget_fraction=lambda t: 0.5 if t == 0 else 0.0)
     with pytest.raises(ValueError, match="anchor_budget_fraction"):
         late.noise_multipliers(1)

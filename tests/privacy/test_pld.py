@@ -55,9 +55,7 @@ def test_laplace_closed_form(b, estimator):
     exact = np.where(a > EPS, 1 - np.exp(np.minimum(EPS - a, 0) / 2), 0.0)
     ours = pld.get_delta_for_epsilon(EPS)
     assert np.all(ours >= exact - 2e-14)
-    assert np.all(
-        ours <= np.where(EPS - h < a, 1 - np.exp(np.minimum(EPS - h - a, 0) / 2), 0) + 1e-15
-    )
+    assert np.all(ours <= np.where(EPS - h < a, 1 - np.exp(np.minimum(EPS - h - a, 0) / 2), 0) + 1e-15)
 
 
 @pytest.mark.parametrize("estimator", ["bucket", "connect_dots"])
@@ -82,9 +80,7 @@ def test_fft_power_and_squaring_agree():
     a = base.self_compose(300, method="fft_power")
     b = base.self_compose(300, method="squaring")
     deltas = np.array([1e-3, 1e-6, 1e-9])
-    np.testing.assert_allclose(
-        a.get_epsilon_for_delta(deltas), b.get_epsilon_for_delta(deltas), rtol=5e-5
-    )
+    np.testing.assert_allclose(a.get_epsilon_for_delta(deltas), b.get_epsilon_for_delta(deltas), rtol=5e-5)
 
 
 def test_compose_two_gaussians():
@@ -203,9 +199,7 @@ def test_accountant_composes_heterogeneous_events():
 
 def test_accountant_dp_sgd_run_matches_direct_composition():
     acc = PLDAccountant(h=1e-3).compose_gaussian(1.1, count=500, sampling_prob=0.02)
-    direct = PrivacyLossDistribution.from_gaussian(1.1, h=1e-3, sampling_prob=0.02).self_compose(
-        500
-    )
+    direct = PrivacyLossDistribution.from_gaussian(1.1, h=1e-3, sampling_prob=0.02).self_compose(500)
     assert acc.get_epsilon(1e-6) == pytest.approx(direct.get_epsilon_for_delta(1e-6), rel=1e-12)
 
 
@@ -228,9 +222,7 @@ def test_gaussian_vs_dp_accounting(n):
     for delta in (1e-5, 1e-7):
         e_o, e_t = ours.get_epsilon_for_delta(delta), theirs.get_epsilon_for_delta(delta)
         assert e_o == pytest.approx(e_t, rel=1e-5)
-    assert ours.get_delta_for_epsilon(1.0) == pytest.approx(
-        theirs.get_delta_for_epsilon(1.0), rel=1e-6
-    )
+    assert ours.get_delta_for_epsilon(1.0) == pytest.approx(theirs.get_delta_for_epsilon(1.0), rel=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 1000])
@@ -251,9 +243,7 @@ def test_connect_dots_vs_dp_accounting_default(q):
     ours = PrivacyLossDistribution.from_gaussian(std, h=1e-4, sampling_prob=q).self_compose(1000)
     theirs = dpl.from_gaussian_mechanism(std, sampling_prob=q).self_compose(1000)  # connect-dots
     for delta, rel in ((1e-5, 1e-5), (1e-8, 1e-3)):
-        assert ours.get_epsilon_for_delta(delta) == pytest.approx(
-            theirs.get_epsilon_for_delta(delta), rel=rel
-        )
+        assert ours.get_epsilon_for_delta(delta) == pytest.approx(theirs.get_epsilon_for_delta(delta), rel=rel)
 
 
 def test_subsampled_gaussian_vs_dp_accounting():
@@ -280,9 +270,7 @@ def test_subsampled_gaussian_vs_prv_accountant():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         prv = PoissonSubsampledGaussianMechanism(sampling_probability=0.01, noise_multiplier=1.0)
-        acc = PRVAccountant(
-            prvs=[prv], max_self_compositions=[n], eps_error=0.01, delta_error=1e-10
-        )
+        acc = PRVAccountant(prvs=[prv], max_self_compositions=[n], eps_error=0.01, delta_error=1e-10)
         lower, _, upper = acc.compute_epsilon(delta=1e-5, num_self_compositions=[n])
     ours = PrivacyLossDistribution.from_gaussian(1.0, h=1e-4, sampling_prob=0.01).self_compose(n)
     eps = ours.get_epsilon_for_delta(1e-5)
@@ -304,35 +292,24 @@ def test_native_fft_path_equals_numpy_fft_path(monkeypatch, method):
     pld = PrivacyLossDistribution.from_gaussian(2.0, h=1e-3, sampling_prob=0.1)
     other = PrivacyLossDistribution.from_laplace(3.0, h=1e-3)
     native = pld.self_compose(300, method=method).compose(other)
+    monkeypatch.setattr(_pld_compose, "pld_convolve", lambda a, b: K.pld_convolve(a, b, backend="reference"))
     monkeypatch.setattr(
-        _pld_compose, "pld_convolve", lambda a, b: K.pld_convolve(a, b, backend="reference")
-    )
-    monkeypatch.setattr(
-        _pld_compose,
-        "pld_self_convolve",
+        _pld_compose, "pld_self_convolve",
         lambda p, n, size, shift: K.pld_self_convolve(p, n, size, shift, backend="reference"),
     )
     ref = pld.self_compose(300, method=method).compose(other)
     for a, b in zip(native.pmfs, ref.pmfs, strict=True):
         # Round-off (~1e-17 per bucket) may move the 1e-15 tail-truncation points by a few
         # buckets; on the common support the masses agree to round-off.
-        lo, hi = (
-            max(a.lower_index, b.lower_index),
-            min(a.lower_index + a.pmf.size, b.lower_index + b.pmf.size),
-        )
+        lo, hi = max(a.lower_index, b.lower_index), min(a.lower_index + a.pmf.size, b.lower_index + b.pmf.size)
         assert hi - lo > 0.95 * max(a.pmf.size, b.pmf.size)
         np.testing.assert_allclose(
-            a.pmf[lo - a.lower_index : hi - a.lower_index],
-            b.pmf[lo - b.lower_index : hi - b.lower_index],
-            atol=1e-15,
+            a.pmf[lo - a.lower_index : hi - a.lower_index], b.pmf[lo - b.lower_index : hi - b.lower_index], atol=1e-15
         )
         assert abs(a.infinity_mass - b.infinity_mass) < 1e-14  # clamped round-off goes to +inf
     eps = np.linspace(0.0, 6.0, 13)
+    np.testing.assert_allclose(native.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), atol=1e-14)
     np.testing.assert_allclose(
-        native.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), atol=1e-14
-    )
-    np.testing.assert_allclose(
-        native.get_epsilon_for_delta(np.array([1e-3, 1e-6])),
-        ref.get_epsilon_for_delta(np.array([1e-3, 1e-6])),
+        native.get_epsilon_for_delta(np.array([1e-3, 1e-6])), ref.get_epsilon_for_delta(np.array([1e-3, 1e-6])),
         rtol=1e-9,
     )

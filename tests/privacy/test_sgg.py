@@ -75,9 +75,7 @@ def test_pure_dp_for_p_at_most_one(dim, p):
     assert pld.get_delta_for_epsilon(0.0) > 1e-3  # not trivially private
 
 
-@pytest.mark.parametrize(
-    ("dim", "k", "p", "sigma"), [(3, 3.0, 1.5, 1.2), (2, 2.0, 1.0, 0.8), (3, 4.0, 1.5, 1.5)]
-)
+@pytest.mark.parametrize(("dim", "k", "p", "sigma"), [(3, 3.0, 1.5, 1.2), (2, 2.0, 1.0, 0.8), (3, 4.0, 1.5, 1.5)])
 def test_monte_carlo_privacy_loss(dim, k, p, sigma):
     mech = SGGMechanism(dim, sigma, k, p)
     x = mech.sample(1_000_000, rng=2024)
@@ -138,9 +136,7 @@ def test_calibrate_gaussian_is_analytic():
 @pytest.mark.parametrize(("dim", "n"), [(2, 1), (3, 10)])
 def test_calibrate_l2_is_tight(dim, n):
     h = 1e-3
-    mech = SGGMechanism.calibrate(
-        dim, 1.0, 1e-5, p=1.0, num_compositions=n, value_discretization_interval=h, rtol=1e-5
-    )
+    mech = SGGMechanism.calibrate(dim, 1.0, 1e-5, p=1.0, num_compositions=n, value_discretization_interval=h, rtol=1e-5)
     assert mech.p == 1.0
     assert mech.k == dim
     assert mech.delta_for_epsilon(1.0, n, h) <= 1e-5
@@ -150,15 +146,7 @@ def test_calibrate_l2_is_tight(dim, n):
 
 
 def test_optimal_sgg_beats_or_matches_gaussian_and_l2():
-    best, table = optimal_sgg(
-        1,
-        1.0,
-        1e-5,
-        p_grid=(1.0, 1.5, 2.0),
-        refine=False,
-        value_discretization_interval=1e-3,
-        rtol=1e-4,
-    )
+    best, table = optimal_sgg(1, 1.0, 1e-5, p_grid=(1.0, 1.5, 2.0), refine=False, value_discretization_interval=1e-3, rtol=1e-4)
     assert best.mse() == pytest.approx(table["mse"].min())
     assert best.mse() <= float(table["gaussian_mse"]) * (1 + 1e-6)
     assert best.mse() <= float(table["l2_mse"]) * (1 + 1e-6)
@@ -175,11 +163,7 @@ def test_optimal_sgg_beats_or_matches_gaussian_and_l2():
         ({"dim": 2, "epsilon": 1.0, "delta": 0.0}, ValueError, "delta"),
         ({"dim": 2, "epsilon": 1.0, "delta": 1.0}, ValueError, "delta"),
         ({"dim": 2, "epsilon": float("nan"), "delta": 1e-5}, ValueError, "epsilon"),
-        (
-            {"dim": 2, "epsilon": 1.0, "delta": 1e-5, "num_compositions": 0},
-            ValueError,
-            "num_compositions",
-        ),
+        ({"dim": 2, "epsilon": 1.0, "delta": 1e-5, "num_compositions": 0}, ValueError, "num_compositions"),
         ({"dim": 2, "epsilon": 1.0, "delta": 1e-5, "sensitivity": -1.0}, ValueError, "sensitivity"),
         ({"dim": 2, "epsilon": 1.0, "delta": 1e-16, "p": 1.0}, ValueError, "delta"),
     ],
@@ -215,15 +199,11 @@ def test_subsampled_sgg_gaussian_member_matches_subsampled_gaussian():
     ref = PrivacyLossDistribution.from_gaussian(1.0, h=h, sampling_prob=q)
     assert len(ours.pmfs) == 2
     eps = np.array([0.02, 0.1, 0.3, 0.6])
-    np.testing.assert_allclose(
-        ours.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), rtol=1e-7, atol=1e-13
-    )
+    np.testing.assert_allclose(ours.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), rtol=1e-7, atol=1e-13)
     # An l2 member, subsampled and composed through the accountant, is finite and monotone.
     from rml_fast.privacy import PLDAccountant
 
-    acc = PLDAccountant(h=1e-3).compose(
-        SGGMechanism.l2(2, 1.5).pld(1e-3, sampling_prob=0.1), count=50
-    )
+    acc = PLDAccountant(h=1e-3).compose(SGGMechanism.l2(2, 1.5).pld(1e-3, sampling_prob=0.1), count=50)
     e1, e2 = acc.get_epsilon(1e-3), acc.get_epsilon(1e-6)
     assert 0 < e1 < e2 < math.inf
 
@@ -237,8 +217,7 @@ def test_1d_general_inversion_matches_closed_form_at_k1(p):
 
     ell = np.linspace(-3.0, 3.0, 25)
     np.testing.assert_allclose(
-        _loss_cdf_1d_general(ell, 1.3, 1.0, p, 1.0),
-        _loss_cdf_1d_laplace_family(ell, 1.3, p, 1.0),
+        _loss_cdf_1d_general(ell, 1.3, 1.0, p, 1.0), _loss_cdf_1d_laplace_family(ell, 1.3, p, 1.0),
         atol=1e-12,
     )
 
@@ -263,7 +242,4 @@ def test_1d_general_k_calibration_is_private_by_monte_carlo():
     d = np.maximum(1.0 - np.exp(1.0 - mech.privacy_loss(x)), 0.0)
     assert d.mean() - 4 * d.std() / math.sqrt(d.size) <= 1e-3
     # a zero of the density at the origin needs more noise than the k = 1 member
-    assert (
-        mech.mse()
-        > SGGMechanism.calibrate(1, 1.0, 1e-3, p=1.5, value_discretization_interval=1e-3).mse()
-    )
+    assert mech.mse() > SGGMechanism.calibrate(1, 1.0, 1e-3, p=1.5, value_discretization_interval=1e-3).mse()

@@ -51,9 +51,7 @@ def test_log_ei_matches_closed_form_and_is_stable():
     gp = GaussianProcess1D(noise_bounds=(0.0, 0.0), rng=0).fit(x, forrester(x))
     mu, sd = gp.predict(x)
     y_range = float(np.ptp(forrester(x)))
-    assert np.all(
-        np.exp(log_expected_improvement(mu, sd, float(forrester(x).max()))) < 1e-5 * y_range
-    )
+    assert np.all(np.exp(log_expected_improvement(mu, sd, float(forrester(x).max()))) < 1e-5 * y_range)
     assert np.all(log_expected_improvement(mu, np.zeros(3), 0.0) == -np.inf)
 
 
@@ -83,14 +81,8 @@ def test_at_least_as_good_as_skopt():
     ours = _bo_regrets()
     theirs = []
     for seed in range(20):
-        r = skopt.gp_minimize(
-            lambda x: float(forrester(x[0])),
-            [(0.0, 1.0)],
-            n_calls=12,
-            n_initial_points=3,
-            acq_func="EI",
-            random_state=seed,
-        )
+        r = skopt.gp_minimize(lambda x: float(forrester(x[0])), [(0.0, 1.0)], n_calls=12,
+                              n_initial_points=3, acq_func="EI", random_state=seed)
         theirs.append(r.fun - F_STAR)
     theirs = np.array(theirs)
     assert np.sum(ours < 0.01) >= np.sum(theirs < 0.01)

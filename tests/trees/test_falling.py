@@ -55,18 +55,10 @@ def _eval_rules(rules: list[str], X: np.ndarray, names: list[str]) -> np.ndarray
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_classifier_optimum_equals_brute_force(depth, branch):
     X, y = _data(depth * 10 + (branch or 0), 40, 4)
-    clf = FallingTreeClassifier(
-        depth_budget=depth, branch_budget=branch, regularization=0.01, progress=False
-    ).fit(X, y)
-    ref = gravitree_fit(
-        X,
-        y,
-        depth=depth,
-        branch=branch,
-        regularization=0.01,
-        bound_mode="optimal",
-        backend="reference",
-    )
+    clf = FallingTreeClassifier(depth_budget=depth, branch_budget=branch,
+                                regularization=0.01, progress=False).fit(X, y)
+    ref = gravitree_fit(X, y, depth=depth, branch=branch, regularization=0.01,
+                        bound_mode="optimal", backend="reference")
     assert clf.objective_ == ref.optimal_objective
     assert clf.n_optimal_trees_ == len(ref)
     t = clf.tree_
@@ -95,17 +87,15 @@ def test_classifier_predictions_are_consistent():
     assert lengths.max() <= 3
     assert lengths.min() >= 1
     names = [f"f{j}" for j in range(6)]
-    np.testing.assert_allclose(
-        _eval_rules(clf.tree_.to_rules(names), X, names), np.round(proba[:, 1], 3), atol=1e-12
-    )
+    np.testing.assert_allclose(_eval_rules(clf.tree_.to_rules(names), X, names),
+                               np.round(proba[:, 1], 3), atol=1e-12)
     assert clf.score(X, y) == pytest.approx(np.mean(clf.predict(X) == y))
 
 
 def test_rashomon_set_api_and_order():
     X, y = _data(2, 200, 6)
-    rs = FallingRashomonSet(
-        depth_budget=3, regularization=0.01, rashomon_multiplier=0.1, progress=False
-    ).fit(X, y)
+    rs = FallingRashomonSet(depth_budget=3, regularization=0.01, rashomon_multiplier=0.1,
+                            progress=False).fit(X, y)
     n = len(rs)
     assert n == rs.n_trees_ == len(rs.objectives_) > 5
     objs = [rs[i].objective for i in range(n)]
@@ -144,15 +134,12 @@ def test_rashomon_set_api_and_order():
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_branch_zero_is_falling_rule_list(depth):
     X, y = _data(3, 40, 4)
-    rs = FallingRashomonSet(
-        depth_budget=depth, branch_budget=0, rashomon_multiplier=0.3, progress=False
-    ).fit(X, y)
-    ref = gravitree_fit(
-        X, y, depth=depth, branch=0, regularization=0.01, bound_value=0.3, backend="reference"
-    )
+    rs = FallingRashomonSet(depth_budget=depth, branch_budget=0, rashomon_multiplier=0.3,
+                            progress=False).fit(X, y)
+    ref = gravitree_fit(X, y, depth=depth, branch=0, regularization=0.01, bound_value=0.3,
+                        backend="reference")
     assert sorted(t.canonical_string(oriented=False) for t in rs) == sorted(
-        canonical_string(ref.tree(i)) for i in range(len(ref))
-    )
+        canonical_string(ref.tree(i)) for i in range(len(ref)))
     for t in rs:
         assert t.n_branching() == 0
         internal = t.feature >= 0
@@ -163,12 +150,10 @@ def test_branch_zero_is_falling_rule_list(depth):
 
 def test_leaf_budget():
     X, y = _data(11, 60, 4)
-    rs = FallingRashomonSet(
-        depth_budget=3, leaf_budget=3, rashomon_multiplier=0.3, progress=False
-    ).fit(X, y)
-    ref = gravitree_fit(
-        X, y, depth=3, max_leaves=3, regularization=0.01, bound_value=0.3, backend="reference"
-    )
+    rs = FallingRashomonSet(depth_budget=3, leaf_budget=3, rashomon_multiplier=0.3,
+                            progress=False).fit(X, y)
+    ref = gravitree_fit(X, y, depth=3, max_leaves=3, regularization=0.01, bound_value=0.3,
+                        backend="reference")
     assert len(rs) == len(ref) > 0
     assert all(t.n_leaves <= 3 for t in rs)
 
@@ -186,9 +171,8 @@ def test_adder_and_bound_modes():
 
 def test_max_trees_keeps_exact_count_and_lazy_access():
     X, y = _data(5, 300, 9)
-    rs = FallingRashomonSet(
-        depth_budget=3, regularization=0.002, rashomon_multiplier=0.2, max_trees=10, progress=False
-    ).fit(X, y)
+    rs = FallingRashomonSet(depth_budget=3, regularization=0.002, rashomon_multiplier=0.2,
+                            max_trees=10, progress=False).fit(X, y)
     assert len(rs) > 10
     assert rs.objectives_.shape == (10,)
     last = rs[len(rs) - 1]
@@ -223,13 +207,8 @@ def test_incomplete_search_warns_or_raises():
 
 def test_memory_limit_stops_with_a_valid_partial_set():
     X, y = _data(12, 3000, 30)
-    est = FallingRashomonSet(
-        depth_budget=4,
-        regularization=0.001,
-        rashomon_multiplier=0.3,
-        memory_limit=1.0,
-        progress=False,
-    )
+    est = FallingRashomonSet(depth_budget=4, regularization=0.001, rashomon_multiplier=0.3,
+                             memory_limit=1.0, progress=False)
     with pytest.warns(IncompleteSearchWarning, match="memory limit"):
         est.fit(X, y)
     assert not est.complete_
@@ -248,12 +227,8 @@ def test_memory_limit_stops_with_a_valid_partial_set():
         (FallingTreeClassifier(depth_budget=0), [[0, 1], [1, 0]], [0, 1], "depth"),
         (FallingTreeClassifier(on_incomplete="x"), [[0, 1], [1, 0]], [0, 1], "on_incomplete"),
         (FallingTreeClassifier(n_threads=0), [[0, 1], [1, 0]], [0, 1], "n_threads"),
-        (
-            FallingRashomonSet(rashomon_multiplier=-1),
-            [[0, 1], [1, 0]],
-            [0, 1],
-            "rashomon_multiplier",
-        ),
+        (FallingRashomonSet(rashomon_multiplier=-1), [[0, 1], [1, 0]], [0, 1],
+         "rashomon_multiplier"),
         (FallingRashomonSet(max_trees=0), [[0, 1], [1, 0]], [0, 1], "max_trees"),
     ],
 )
@@ -317,16 +292,9 @@ def test_fn_cost_moves_threshold():
 
 
 def test_to_rules_on_hand_built_tree():
-    t = FallingTree.from_dict(
-        dict(
-            feature=[0, -1, 1, -1, -1],
-            orient=[1, -1, 0, -1, -1],
-            priority=[1, -1, 3, -1, -1],
-            second=[2, -1, 4, -1, -1],
-            risk=[0.5, 0.9, 0.3, 0.4, 0.1],
-            objective=0.0,
-        )
-    )
+    t = FallingTree.from_dict(dict(
+        feature=[0, -1, 1, -1, -1], orient=[1, -1, 0, -1, -1], priority=[1, -1, 3, -1, -1],
+        second=[2, -1, 4, -1, -1], risk=[0.5, 0.9, 0.3, 0.4, 0.1], objective=0.0))
     assert t.to_rules(["a", "b"]) == [
         "if a == 1 then risk = 0.900 (predict 1)",
         "else if a == 0 and b == 0 then risk = 0.400 (predict 0)",
@@ -339,16 +307,9 @@ def test_to_rules_on_hand_built_tree():
         t.to_rules(["a"])
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        rml_fast.trees._tree,
-        rml_fast.trees.binarize,
-        rml_fast.trees.falling,
-        rml_fast.kernels.gravitree,
-        rml_fast.datasets.tabular,
-    ],
-)
+@pytest.mark.parametrize("module", [rml_fast.trees._tree, rml_fast.trees.binarize,
+                                    rml_fast.trees.falling, rml_fast.kernels.gravitree,
+                                    rml_fast.datasets.tabular])
 def test_doctests(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0

@@ -37,36 +37,17 @@ def _treefarms_count(X, y, names, **cfg) -> int:
 
 
 @pytest.mark.parametrize("name", ["monk_1", "monk_2", "monk_3", "breast-cancer"])
-@pytest.mark.parametrize(
-    ("depth", "lam", "eps", "trivial"),
-    [
-        (2, 0.01, 0.1, False),
-        (3, 0.01, 0.05, False),
-        (3, 0.02, 0.1, True),
-        (3, 0.005, 0.02, False),
-    ],
-)
+@pytest.mark.parametrize(("depth", "lam", "eps", "trivial"), [
+    (2, 0.01, 0.1, False), (3, 0.01, 0.05, False), (3, 0.02, 0.1, True), (3, 0.005, 0.02, False),
+])
 def test_set_size_equals_treefarms(name, depth, lam, eps, trivial):
     pytest.importorskip("treefarms")
     X, y, names = _load(name)
-    ours = gravitree_fit(
-        X,
-        y,
-        depth=depth,
-        regularization=lam,
-        bound_value=eps,
-        falling=False,
-        ignore_trivial_extensions=trivial,
-    )
+    ours = gravitree_fit(X, y, depth=depth, regularization=lam, bound_value=eps,
+                         falling=False, ignore_trivial_extensions=trivial)
     theirs = _treefarms_count(
-        X,
-        y,
-        names,
-        regularization=lam,
-        rashomon_bound_multiplier=eps,
-        depth_budget=depth + 1,
-        rashomon_ignore_trivial_extensions=trivial,
-    )
+        X, y, names, regularization=lam, rashomon_bound_multiplier=eps, depth_budget=depth + 1,
+        rashomon_ignore_trivial_extensions=trivial)
     assert len(ours) == theirs
     assert len(ours) > 0
 
@@ -80,9 +61,8 @@ def test_optimum_equals_gosdt(name, depth):
     # gosdt 1.0's depth_budget counts splits on a path (our depth); treefarms' counts nodes.
     clf = gosdt.GOSDTClassifier(regularization=0.01, depth_budget=depth, verbose=False)
     clf.fit(pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])]), pd.Series(y))
-    ours = gravitree_fit(
-        X, y, depth=depth, regularization=0.01, falling=False, bound_mode="optimal"
-    )
+    ours = gravitree_fit(X, y, depth=depth, regularization=0.01, falling=False,
+                         bound_mode="optimal")
     # gosdt reports its bounds in float32
     assert ours.optimal_objective == pytest.approx(clf.result_.upperbound, abs=1e-6)
     falling = gravitree_fit(X, y, depth=depth, regularization=0.01, bound_mode="optimal")

@@ -39,24 +39,10 @@ _BLOCK_K = 32
 
 @triton.jit
 def _dtr_gemm_absmax_kernel(
-    D_ptr,
-    R_ptr,
-    C_ptr,
-    P_ptr,
-    n,
-    m,
-    B,
-    stride_dn,
-    stride_dm,
-    stride_rn,
-    stride_rb,
-    stride_cm,
-    stride_cb,
-    stride_pm,
+    D_ptr, R_ptr, C_ptr, P_ptr, n, m, B,
+    stride_dn, stride_dm, stride_rn, stride_rb, stride_cm, stride_cb, stride_pm,
     scale,
-    BLOCK_M: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_b = tl.program_id(1)
@@ -67,13 +53,11 @@ def _dtr_gemm_absmax_kernel(
         offs_k = k0 + tl.arange(0, BLOCK_K)
         d = tl.load(
             D_ptr + offs_k[:, None] * stride_dn + offs_m[None, :] * stride_dm,
-            mask=(offs_k[:, None] < n) & (offs_m[None, :] < m),
-            other=0.0,
+            mask=(offs_k[:, None] < n) & (offs_m[None, :] < m), other=0.0,
         )
         r = tl.load(
             R_ptr + offs_k[:, None] * stride_rn + offs_b[None, :] * stride_rb,
-            mask=(offs_k[:, None] < n) & (offs_b[None, :] < B),
-            other=0.0,
+            mask=(offs_k[:, None] < n) & (offs_b[None, :] < B), other=0.0,
         )
         acc += tl.dot(tl.trans(d), r, input_precision="ieee")
     acc = acc * scale
@@ -85,20 +69,8 @@ def _dtr_gemm_absmax_kernel(
 
 @triton.jit
 def _soft_threshold_update_kernel(
-    Z_ptr,
-    C_ptr,
-    W_ptr,
-    Wn_ptr,
-    Zn_ptr,
-    keep_ptr,
-    lam_ptr,
-    beta_ptr,
-    active_ptr,
-    m,
-    B,
-    step,
-    BLOCK_M: tl.constexpr,
-    BLOCK_B: tl.constexpr,
+    Z_ptr, C_ptr, W_ptr, Wn_ptr, Zn_ptr, keep_ptr, lam_ptr, beta_ptr, active_ptr, m, B, step,
+    BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr,
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -121,9 +93,7 @@ def _soft_threshold_update_kernel(
     tl.store(Zn_ptr + idx, tl.where(on, zn, w), mask=inside)
 
 
-def dtr_gemm_absmax(
-    D: torch.Tensor, R: torch.Tensor, scale: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def dtr_gemm_absmax(D: torch.Tensor, R: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``C = scale * D^T R`` of shape (m, B) and ``max_j |C[j, b]|`` of shape (B,)."""
     n, m = D.shape
     B = R.shape[1]
@@ -132,24 +102,8 @@ def dtr_gemm_absmax(
     P = torch.empty((n_mb, B), dtype=D.dtype, device=D.device)
     grid = (n_mb, triton.cdiv(B, _BLOCK_B))
     _dtr_gemm_absmax_kernel[grid](
-        D,
-        R,
-        C,
-        P,
-        n,
-        m,
-        B,
-        D.stride(0),
-        D.stride(1),
-        R.stride(0),
-        R.stride(1),
-        C.stride(0),
-        C.stride(1),
-        P.stride(0),
-        scale,
-        BLOCK_M=_BLOCK_M,
-        BLOCK_B=_BLOCK_B,
-        BLOCK_K=_BLOCK_K,
+        D, R, C, P, n, m, B, D.stride(0), D.stride(1), R.stride(0), R.stride(1), C.stride(0),
+        C.stride(1), P.stride(0), scale, BLOCK_M=_BLOCK_M, BLOCK_B=_BLOCK_B, BLOCK_K=_BLOCK_K,
     )
     return C, P.amax(dim=0)
 
@@ -161,20 +115,7 @@ def soft_threshold_update(Z, C, W, keep, lam, beta, active, step):
     Zn = torch.empty_like(Z)
     grid = (triton.cdiv(m, _BLOCK_M), triton.cdiv(B, _BLOCK_B))
     _soft_threshold_update_kernel[grid](
-        Z,
-        C,
-        W,
-        Wn,
-        Zn,
-        keep,
-        lam,
-        beta,
-        active,
-        m,
-        B,
-        step,
-        BLOCK_M=_BLOCK_M,
-        BLOCK_B=_BLOCK_B,
+        Z, C, W, Wn, Zn, keep, lam, beta, active, m, B, step, BLOCK_M=_BLOCK_M, BLOCK_B=_BLOCK_B,
     )
     return Wn, Zn
 
@@ -226,13 +167,9 @@ def fista_path(
     if not isinstance(D, torch.Tensor) or not isinstance(Y, torch.Tensor):
         raise TypeError("D and Y must be torch tensors on the triton backend")
     if D.dtype not in (torch.float32, torch.float64) or Y.dtype != D.dtype:
-        raise TypeError(
-            f"D must be float32/float64 and Y of the same dtype, got {D.dtype}, {Y.dtype}"
-        )
+        raise TypeError(f"D must be float32/float64 and Y of the same dtype, got {D.dtype}, {Y.dtype}")
     if D.ndim != 2 or Y.ndim not in (1, 2) or Y.shape[0] != D.shape[0] or Y.device != D.device:
-        raise ValueError(
-            f"D (n, m) and Y (n,) or (n, B) on one device expected, got {tuple(D.shape)}, {tuple(Y.shape)}"
-        )
+        raise ValueError(f"D (n, m) and Y (n,) or (n, B) on one device expected, got {tuple(D.shape)}, {tuple(Y.shape)}")
     if not (torch.isfinite(D).all() and torch.isfinite(Y).all()):
         raise ValueError("D and Y must be finite")
     lam_np = np.atleast_1d(np.asarray(lambdas, dtype=np.float64))
@@ -281,11 +218,7 @@ def fista_path(
                     if int(alive.sum()) < 0.5 * Dc.shape[1]:
                         idx = torch.nonzero(alive).flatten()
                         cols, Dc, normc = cols[idx], Dc[:, idx].contiguous(), normc[idx]
-                        Wc, Z, keep = (
-                            Wc[idx].contiguous(),
-                            Z[idx].contiguous(),
-                            keep[idx].contiguous(),
-                        )
+                        Wc, Z, keep = Wc[idx].contiguous(), Z[idx].contiguous(), keep[idx].contiguous()
             R = Y2 - Dc @ Z
             C, _ = dtr_gemm_absmax(Dc, R, 1.0 / n)
             t_new = (1 + torch.sqrt(1 + 4 * t * t)) / 2

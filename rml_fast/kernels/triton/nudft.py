@@ -137,10 +137,7 @@ def _check_f32(*ts: torch.Tensor) -> None:
 
 
 def _kidx(grid: Any, device: torch.device) -> torch.Tensor:
-    k = torch.round(
-        grid.xi_as(torch.zeros((), dtype=torch.float64))
-        / torch.tensor(grid.resolution, dtype=torch.float64)
-    )
+    k = torch.round(grid.xi_as(torch.zeros((), dtype=torch.float64)) / torch.tensor(grid.resolution, dtype=torch.float64))
     return k.to(torch.int32).contiguous().to(device)
 
 
@@ -170,9 +167,7 @@ def type1(x: torch.Tensor, v: torch.Tensor, grid: Any, sign: int, density: bool)
     return re, im, (dre if density else None), (dim if density else None)
 
 
-def type2(
-    x: torch.Tensor, re: torch.Tensor, im: torch.Tensor, w: torch.Tensor, grid: Any, sign: int
-) -> torch.Tensor:
+def type2(x: torch.Tensor, re: torch.Tensor, im: torch.Tensor, w: torch.Tensor, grid: Any, sign: int) -> torch.Tensor:
     """``y = sum_f w_f Re((re + i im) e^{sign i theta})`` (see module docstring)."""
     _check_f32(x, re, im, w)
     x, re, im, w = x.contiguous(), re.contiguous(), im.contiguous(), w.contiguous()

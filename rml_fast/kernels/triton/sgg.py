@@ -99,9 +99,7 @@ def _sgg_kernel(
     tl.store(ptrs, vals.to(out_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
 
 
-def sample(
-    out: torch.Tensor, sigma: float, k: float, p: float, seed: int, offset: int
-) -> torch.Tensor:
+def sample(out: torch.Tensor, sigma: float, k: float, p: float, seed: int, offset: int) -> torch.Tensor:
     """Fill ``out`` (n, dim), float32/float64, contiguous, in place with SGG(sigma, k, p) noise."""
     n, dim = out.shape
     if dim > MAX_DIM:
@@ -122,18 +120,7 @@ def sample(
     block_r = max(1, min(64, 4096 // block_d))
     grid = (triton.cdiv(n, block_r),)
     _sgg_kernel[grid](
-        out,
-        params,
-        n,
-        dim,
-        out.stride(0),
-        counters,
-        nq,
-        seed,
-        offset,
-        BOOST=boost,
-        ATTEMPTS=16,
-        BLOCK_R=block_r,
-        BLOCK_D=block_d,
+        out, params, n, dim, out.stride(0), counters, nq, seed, offset,
+        BOOST=boost, ATTEMPTS=16, BLOCK_R=block_r, BLOCK_D=block_d,
     )
     return out
