@@ -197,35 +197,43 @@ const T* complex_view(const py::array& a, const char* name, const std::vector<py
   return static_cast<const T*>(a.data());
 }
 
-std::vector<py::ssize_t> half_shape(py::ssize_t B, const rml::nudft::FineGrid& fg, py::ssize_t C) {
-  if (fg.dim == 1) return {B, static_cast<py::ssize_t>(fg.nf[0] / 2 + 1), C};
-  return {B, static_cast<py::ssize_t>(fg.nf[0]), static_cast<py::ssize_t>(fg.nf[1] / 2 + 1), C};
+// The spectrum shape of S / X (B, rows[, cols], channels) for half-widths K, checked.
+rml::nudft::SpectrumShape spectrum_shape(const py::array& a, const std::vector<std::int64_t>& K) {
+  if (K.empty() || K.size() > 2) throw py::value_error("K must have 1 or 2 entries");
+  rml::nudft::SpectrumShape sh{};
+  sh.dim = static_cast<int>(K.size());
+  if (a.ndim() != sh.dim + 2) throw py::value_error("spectrum must have shape (B, rows[, cols], C)");
+  sh.rows = a.shape(1);
+  sh.cols = sh.dim == 2 ? a.shape(2) : 1;
+  sh.K[0] = K[0];
+  sh.K[1] = sh.dim == 2 ? K[1] : 0;
+  if (sh.K[0] < 0 || sh.K[1] < 0) throw py::value_error("K must be >= 0");
+  const bool fits = sh.dim == 1 ? sh.rows >= sh.K[0] + 1
+                                : (sh.rows >= 2 * sh.K[0] + 1 && sh.cols >= sh.K[1] + 1);
+  if (!fits) throw py::value_error("the spectrum array is too small for the modes K");
+  return sh;
 }
 
-std::vector<std::int64_t> check_modes(const rml::nudft::FineGrid& fg,
-                                      const std::vector<std::int64_t>& K) {
-  if (static_cast<int>(K.size()) != fg.dim) throw py::value_error("K must have one entry per axis");
-  for (int i = 0; i < fg.dim; ++i) {
-    const std::int64_t k = K[static_cast<std::size_t>(i)];
-    const std::int64_t need = (i == fg.dim - 1) ? k + 1 : 2 * k + 1;
-    const std::int64_t have = (i == fg.dim - 1) ? fg.nf[i] / 2 + 1 : fg.nf[i];
-    if (k < 0 || need > have) throw py::value_error("K does not fit the fine grid");
-  }
-  return K;
+std::vector<py::ssize_t> spec_dims(py::ssize_t B, const rml::nudft::SpectrumShape& sh, py::ssize_t C) {
+  if (sh.dim == 1) return {B, static_cast<py::ssize_t>(sh.rows), C};
+  return {B, static_cast<py::ssize_t>(sh.rows), static_cast<py::ssize_t>(sh.cols), C};
+}
+
+py::ssize_t n_modes(const rml::nudft::SpectrumShape& sh) {
+  return sh.dim == 1 ? sh.K[0] + 1 : (2 * sh.K[0] + 1) * (sh.K[1] + 1);
 }
 
 template <typename T>
-void modes_out_impl(const py::array& S, const rml::nudft::FineGrid& fg,
-                    const std::vector<std::int64_t>& K, const py::array& scale, int sign_im,
-                    py::array& re, py::array& im, const py::object& dens_re,
-                    const py::object& dens_im) {
-  check_modes(fg, K);
-  const py::ssize_t B = S.shape(0), Cg = S.shape(S.ndim() - 1);
-  const py::ssize_t F = fg.dim == 1 ? K[0] + 1 : (2 * K[0] + 1) * (K[1] + 1);
-  const T* sp = complex_view<T>(S, "S", half_shape(B, fg, Cg));
+void modes_out_impl(const py::array& S, const std::vector<std::int64_t>& K,
+                    const py::array& scale, int sign_im, py::array& re, py::array& im,
+                    const py::object& dens_re, const py::object& dens_im) {
+  const auto sh = spectrum_shape(S, K);
+  const py::ssize_t B = S.shape(0), Cg = S.shape(S.ndim() - 1), F = n_modes(sh);
+  const T* sp = complex_view<T>(S, "S", spec_dims(B, sh, Cg));
   const double* scp = in_view<double>(scale, "scale", {F});
   const bool dens = !dens_re.is_none();
   const py::ssize_t C = Cg - (dens ? 1 : 0);
+  if (C < 0) throw py::value_error("S has no density channel");
   T* rp = out_view<T>(re, "re", {B, F, C});
   T* ip = out_view<T>(im, "im", {B, F, C});
   T* drp = nullptr;
@@ -236,23 +244,21 @@ void modes_out_impl(const py::array& S, const rml::nudft::FineGrid& fg,
     dip = out_view<T>(di, "dens_im", {B, F});
   }
   py::gil_scoped_release release;
-  rml::nudft::modes_out<T>(sp, B, Cg, C, fg, K.data(), scp, sign_im, rp, ip, drp, dip);
+  rml::nudft::modes_out<T>(sp, B, Cg, C, sh, scp, sign_im, rp, ip, drp, dip);
 }
 
 template <typename T>
-void modes_in_impl(const py::array& re, const py::array& im, const rml::nudft::FineGrid& fg,
-                   const std::vector<std::int64_t>& K, const py::array& scale, int sign_im,
-                   py::array& X) {
-  check_modes(fg, K);
-  const py::ssize_t B = re.shape(0), O = re.shape(2);
-  const py::ssize_t F = fg.dim == 1 ? K[0] + 1 : (2 * K[0] + 1) * (K[1] + 1);
+void modes_in_impl(const py::array& re, const py::array& im, const std::vector<std::int64_t>& K,
+                   const py::array& scale, int sign_im, py::array& X) {
+  const auto sh = spectrum_shape(X, K);
+  const py::ssize_t B = re.shape(0), O = re.shape(2), F = n_modes(sh);
   const T* rp = in_view<T>(re, "re", {B, F, O});
   const T* ip = in_view<T>(im, "im", {B, F, O});
   const double* scp = in_view<double>(scale, "scale", {F});
-  T* xp = const_cast<T*>(complex_view<T>(X, "X", half_shape(B, fg, O)));
+  T* xp = const_cast<T*>(complex_view<T>(X, "X", spec_dims(B, sh, O)));
   if (!X.writeable()) throw py::value_error("X: expected a writable array");
   py::gil_scoped_release release;
-  rml::nudft::modes_in<T>(rp, ip, B, O, fg, K.data(), scp, sign_im, xp);
+  rml::nudft::modes_in<T>(rp, ip, B, O, sh, scp, sign_im, xp);
 }
 
 }  // namespace
@@ -325,38 +331,36 @@ void register_nudft(py::module_ m) {
       "poly as for spread.");
   m.def(
       "modes_out",
-      [](const py::array& S, const std::vector<std::int64_t>& nf, const std::vector<std::int64_t>& K,
-         const py::array& scale, int sign_im, py::array re, py::array im, const py::object& dens_re,
+      [](const py::array& S, const std::vector<std::int64_t>& K, const py::array& scale,
+         int sign_im, py::array re, py::array im, const py::object& dens_re,
          const py::object& dens_im) {
         check_sign(sign_im);
-        const auto fg = make_fine_grid(nf, std::vector<double>(nf.size(), 1.0), 2, 1.0);
         if (dens_re.is_none() != dens_im.is_none()) {
           throw py::value_error("dens_re and dens_im must both be arrays or both None");
         }
         if (S.dtype().is(py::dtype::of<std::complex<double>>())) {
-          modes_out_impl<double>(S, fg, K, scale, sign_im, re, im, dens_re, dens_im);
+          modes_out_impl<double>(S, K, scale, sign_im, re, im, dens_re, dens_im);
         } else {
-          modes_out_impl<float>(S, fg, K, scale, sign_im, re, im, dens_re, dens_im);
+          modes_out_impl<float>(S, K, scale, sign_im, re, im, dens_re, dens_im);
         }
       },
-      "S"_a, "nf"_a, "K"_a, "scale"_a, "sign_im"_a, "re"_a, "im"_a, "dens_re"_a = py::none(),
+      "S"_a, "K"_a, "scale"_a, "sign_im"_a, "re"_a, "im"_a, "dens_re"_a = py::none(),
       "dens_im"_a = py::none(),
-      "Type-1 copy-out: the half-space modes of the real-FFT spectrum S [B,rows(,cols),Cg] "
-      "(complex) into planes re/im [B,F,C] scaled by scale[F] (float64), Im times sign_im; "
+      "Type-1 copy-out: the half-space modes of the spectrum S [B,rows(,cols),Cg] (complex; "
+      "1-D rows >= K+1; 2-D row k0 mod rows, column k1) into planes re/im [B,F,C] scaled by scale[F] (float64), Im times sign_im; "
       "with dens_re/dens_im the last channel into [B,F].");
   m.def(
       "modes_in",
-      [](const py::array& re, const py::array& im, const std::vector<std::int64_t>& nf,
-         const std::vector<std::int64_t>& K, const py::array& scale, int sign_im, py::array X) {
+      [](const py::array& re, const py::array& im, const std::vector<std::int64_t>& K,
+         const py::array& scale, int sign_im, py::array X) {
         check_sign(sign_im);
-        const auto fg = make_fine_grid(nf, std::vector<double>(nf.size(), 1.0), 2, 1.0);
         if (is_f64(re)) {
-          modes_in_impl<double>(re, im, fg, K, scale, sign_im, X);
+          modes_in_impl<double>(re, im, K, scale, sign_im, X);
         } else {
-          modes_in_impl<float>(re, im, fg, K, scale, sign_im, X);
+          modes_in_impl<float>(re, im, K, scale, sign_im, X);
         }
       },
-      "re"_a, "im"_a, "nf"_a, "K"_a, "scale"_a, "sign_im"_a, "X"_a,
+      "re"_a, "im"_a, "K"_a, "scale"_a, "sign_im"_a, "X"_a,
       "Type-2 copy-in: X [B,rows(,cols),O] (complex, overwritten) = 0 except at the half-space "
       "modes, scale[f] (re + i sign_im im)[b,f,:].");
 }

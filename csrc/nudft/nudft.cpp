@@ -472,16 +472,12 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
 
 namespace {
 
-// Number of rows / columns of the half-spectrum grid and the (row, column) of frequency f.
+// Rows / columns of the spectrum array and the (row, column) cell of frequency f.
 struct ModeMap {
   std::int64_t rows, cols, K0, K1;
   int dim;
-  ModeMap(const FineGrid& fg, const std::int64_t* K)
-      : rows(fg.dim == 1 ? fg.nf[0] / 2 + 1 : fg.nf[0]),
-        cols(fg.dim == 1 ? 1 : fg.nf[1] / 2 + 1),
-        K0(K[0]),
-        K1(fg.dim == 2 ? K[1] : 0),
-        dim(fg.dim) {}
+  explicit ModeMap(const SpectrumShape& sh)
+      : rows(sh.rows), cols(sh.dim == 1 ? 1 : sh.cols), K0(sh.K[0]), K1(sh.dim == 2 ? sh.K[1] : 0), dim(sh.dim) {}
   std::int64_t n_freq() const { return dim == 1 ? K0 + 1 : (2 * K0 + 1) * (K1 + 1); }
   std::int64_t cell(std::int64_t f) const {
     if (dim == 1) return f;
@@ -495,10 +491,10 @@ struct ModeMap {
 }  // namespace
 
 template <typename T>
-void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C, const FineGrid& fg,
-               const std::int64_t* K, const double* scale, int sign_im, T* re, T* im, T* dens_re,
-               T* dens_im) {
-  const ModeMap mm(fg, K);
+void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C,
+               const SpectrumShape& sh, const double* scale, int sign_im, T* re, T* im,
+               T* dens_re, T* dens_im) {
+  const ModeMap mm(sh);
   const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
   const bool parallel = B * F * Cg >= kSerialWork / 8 && B > 1;
 #pragma omp parallel for schedule(static) if (parallel)
@@ -521,9 +517,9 @@ void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C, cons
 }
 
 template <typename T>
-void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const FineGrid& fg,
-              const std::int64_t* K, const double* scale, int sign_im, T* X) {
-  const ModeMap mm(fg, K);
+void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const SpectrumShape& sh,
+              const double* scale, int sign_im, T* X) {
+  const ModeMap mm(sh);
   const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
   const bool parallel = B * cells * O >= kSerialWork / 8 && B > 1;
 #pragma omp parallel for schedule(static) if (parallel)
@@ -544,15 +540,15 @@ void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const Fi
 }
 
 template void modes_out<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
-                               const FineGrid&, const std::int64_t*, const double*, int, float*,
-                               float*, float*, float*);
+                               const SpectrumShape&, const double*, int, float*, float*, float*,
+                               float*);
 template void modes_out<double>(const double*, std::int64_t, std::int64_t, std::int64_t,
-                                const FineGrid&, const std::int64_t*, const double*, int, double*,
-                                double*, double*, double*);
+                                const SpectrumShape&, const double*, int, double*, double*,
+                                double*, double*);
 template void modes_in<float>(const float*, const float*, std::int64_t, std::int64_t,
-                              const FineGrid&, const std::int64_t*, const double*, int, float*);
+                              const SpectrumShape&, const double*, int, float*);
 template void modes_in<double>(const double*, const double*, std::int64_t, std::int64_t,
-                               const FineGrid&, const std::int64_t*, const double*, int, double*);
+                               const SpectrumShape&, const double*, int, double*);
 
 template void spread<float>(const float*, const float*, std::int64_t, std::int64_t, std::int64_t,
                             bool, const FineGrid&, float*);

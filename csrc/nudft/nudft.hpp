@@ -66,23 +66,29 @@ template <typename T>
 void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t O,
             const FineGrid& fg, T* y);
 
-// Mode layout of the fine-grid spectrum of one batch element: the half-space frequency f of a
-// FrequencyGrid with half-widths K sits at row (k0 mod nf0) [2-D: and column k1 of the real-FFT
-// half axis of length nf1 / 2 + 1]; 1-D: row k (0..K) of the half axis of length nf0 / 2 + 1.
-//
-// Type-1 copy-out (after the forward real FFT of the spread grid S [B, rows(, cols), Cg]):
-//   re[b, f, c] = scale[f] Re S, im[b, f, c] = sign_im scale[f] Im S for c < C, and when
-//   dens_re != nullptr the last grid channel C into dens_re/dens_im [B, F] (deconvolution and
-//   the sign of the exponent applied in the same pass).
-template <typename T>
-void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C, const FineGrid& fg,
-               const std::int64_t* K, const double* scale, int sign_im, T* re, T* im, T* dens_re,
-               T* dens_im);
+// Spectrum arrays of the FFT stage, per batch element [rows(, cols), channels] complex: the
+// half-space frequency f (half-widths K) sits at row k (1-D, k = 0..K0), or at row (k0 mod rows)
+// and column k1 (2-D). rows / cols may be the full fine grid or a pruned one (2-D: only the
+// K1 + 1 columns that hold modes).
+struct SpectrumShape {
+  int dim;
+  std::int64_t rows, cols;  // cols unused in 1-D
+  std::int64_t K[2];
+};
 
-// Type-2 copy-in (before the inverse real FFT): X [B, rows(, cols), O] complex (interleaved)
-// = 0 except at the modes, X[b, mode(f), o] = scale[f] (re[b, f, o] + i sign_im im[b, f, o]).
+// Type-1 copy-out (after the forward FFT of the spread grid, S [B, rows(, cols), Cg]):
+//   re[b, f, c] = scale[f] Re S, im[b, f, c] = sign_im scale[f] Im S for c < C, and when
+//   dens_re != nullptr the last channel C into dens_re/dens_im [B, F] (deconvolution and the
+//   sign of the exponent applied in the same pass).
 template <typename T>
-void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const FineGrid& fg,
-              const std::int64_t* K, const double* scale, int sign_im, T* X);
+void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C,
+               const SpectrumShape& sh, const double* scale, int sign_im, T* re, T* im,
+               T* dens_re, T* dens_im);
+
+// Type-2 copy-in (before the inverse FFT): X [B, rows(, cols), O] complex (interleaved) = 0
+// except at the modes, X[b, cell(f), o] = scale[f] (re[b, f, o] + i sign_im im[b, f, o]).
+template <typename T>
+void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const SpectrumShape& sh,
+              const double* scale, int sign_im, T* X);
 
 }  // namespace rml::nudft

@@ -162,15 +162,38 @@ def _last_axis_zero(st: FineGridSetup) -> np.ndarray:
     return (np.arange((2 * st.K[0] + 1) * (st.K[1] + 1)) % (st.K[1] + 1)) == 0
 
 
-def _half_shape(st: FineGridSetup) -> tuple[int, ...]:
-    return (st.nf[0] // 2 + 1,) if st.dim == 1 else (st.nf[0], st.nf[1] // 2 + 1)
+def _spectrum_shape(st: FineGridSetup) -> tuple[int, ...]:
+    """The pruned spectrum of one batch element: the ``K + 1`` non-negative modes (1-D); all
+    rows but only the ``K1 + 1`` mode columns (2-D)."""
+    return (st.K[0] + 1,) if st.dim == 1 else (st.nf[0], st.K[1] + 1)
+
+
+def _forward_fft(g: np.ndarray, st: FineGridSetup) -> np.ndarray:
+    """Real FFT of the spread grid ``g`` (b, *nf, C), pruned to the columns holding modes:
+    in 2-D the c2c pass along the first axis runs on ``K1 + 1`` of the ``nf1 / 2 + 1`` real-FFT
+    columns only (about half of its work)."""
+    wk = _workers(g)
+    if st.dim == 1:
+        return np.ascontiguousarray(_fft.rfft(g, axis=1, workers=wk))
+    A = _fft.rfft(g, axis=2, workers=wk)[:, :, : st.K[1] + 1]
+    return np.ascontiguousarray(_fft.fft(A, axis=1, workers=wk, overwrite_x=True))
+
+
+def _inverse_fft(X: np.ndarray, st: FineGridSetup) -> np.ndarray:
+    """Inverse of :func:`_forward_fft` (up to the normalisation): ``irfftn`` of the pruned
+    spectrum ``X`` (b, *spectrum_shape, C), zero-padded on the fly."""
+    wk = _workers(X)
+    if st.dim == 1:
+        return _fft.irfft(X, n=st.nf[0], axis=1, workers=wk)
+    T = _fft.ifft(X, axis=1, workers=wk, overwrite_x=True)
+    return _fft.irfft(T, n=st.nf[1], axis=2, workers=wk, overwrite_x=True)
 
 
 def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool):
     """Raw type 1 (no autograd): ``(re, im, dre, dim)`` as the direct backends return them.
 
     Spread (C++, the density as an extra grid channel), real FFT over the grid axes (scipy's
-    pocketfft), then one C++ pass that picks the half-space modes, divides by the kernel's
+    pocketfft, pruned to the mode columns in 2-D), then one C++ pass that picks the half-space modes, divides by the kernel's
     transform and writes the real/imaginary planes (no complex intermediate).
     """
     from rml_fast._native import _C
@@ -208,7 +231,6 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
         S = np.ascontiguousarray(_fft.rfftn(g.numpy(), axes=axes, workers=_workers(g.numpy())))
         _C.nudft.modes_out(
             S,
-            nf,
             K,
             scale,
             -sign,
@@ -245,12 +267,10 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
     step = _chunk(B, cells, n_out, re.element_size())
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
     cdt = np.complex128 if dtype == torch.float64 else np.complex64
-    axes = (1,) if st.dim == 1 else (1, 2)
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
-        X = np.empty((b1 - b0, *_half_shape(st), n_out), dtype=cdt)
-        _C.nudft.modes_in(re[b0:b1].numpy(), im[b0:b1].numpy(), nf, K, scale, sign, X)
-        g = _fft.irfftn(X, s=st.nf, axes=axes, workers=_workers(X), overwrite_x=True)
-        g = np.ascontiguousarray(g, dtype=_NP[dtype])
+        X = np.empty((b1 - b0, *_spectrum_shape(st), n_out), dtype=cdt)
+        _C.nudft.modes_in(re[b0:b1].numpy(), im[b0:b1].numpy(), K, scale, sign, X)
+        g = np.ascontiguousarray(_inverse_fft(X, st), dtype=_NP[dtype])
         _C.nudft.interp(x[b0:b1].numpy(), g, nf, dxi, st.w, st.beta, y[b0:b1].numpy(), st.poly)
     return y
