@@ -345,7 +345,15 @@ class SetFourierConv(nn.Module):
         def to_bins(t: torch.Tensor) -> torch.Tensor:
             return t.reshape(B, Fn, g1 - g0, L).permute(1, 2, 0, 3)[:, None]
 
-        yf_re, yf_im = _cmatmul(to_bins(re), to_bins(im), wf_re, wf_im)  # (F, nb, Gf, B, b)
+        # one real matmul per bin and group: [re, im] @ [[w_re, w_im], [-w_im, w_re]]
+        # (a quarter of the matmul calls of the plane-wise complex product, larger blocks)
+        a = torch.cat([to_bins(re), to_bins(im)], dim=-1)  # (F, 1, Gf, B, 2L)
+        wblk = torch.cat(
+            [torch.cat([wf_re, wf_im], dim=-1), torch.cat([-wf_im, wf_re], dim=-1)], dim=-2
+        )  # (F, nb, Gf, 2L, 2b)
+        yf = a @ wblk  # (F, nb, Gf, B, 2b)
+        bo = wf_re.shape[-1]
+        yf_re, yf_im = yf[..., :bo], yf[..., bo:]
         if lay["mixed"] or (d0, d1) != (0, g0) or g1 != G:
             # general: sum the two terms group-wise
             pad = (0, 0, 0, 0, d0, G - d1)
