@@ -95,24 +95,37 @@ def _kernel_poly(w: int, beta: float, degree: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _setup(K: tuple[int, ...], dxi: tuple[float, ...], w: int) -> FineGridSetup:
+def _setup(
+    K: tuple[int, ...], dxi: tuple[float, ...], w: int, sigma: float = 2.0
+) -> FineGridSetup:
     dim = len(K)
-    nf = tuple(max(_next_smooth(2 * (2 * k + 1)), 2 * w) for k in K)
-    beta = 2.30 * w
+    nf = tuple(max(_next_smooth(math.ceil(sigma * (2 * k + 1))), 2 * w) for k in K)
+    # ES shape of Barnett et al. (arXiv 1808.06736): beta = 0.97 pi (1 - 1 / (2 sigma)) w
+    beta = 2.30 * w if sigma == 2.0 else 0.97 * math.pi * (1.0 - 0.5 / sigma) * w
     inv = []
     for i, (k, n) in enumerate(zip(K, nf, strict=True)):
         ks = np.arange(0 if i == dim - 1 else -k, k + 1, dtype=np.float64)
         inv.append(1.0 / _phihat(ks, n, w, beta))
     # float32 (w = 8): polynomial kernel; float64 (w = 16): exact exp/sqrt (1e-14 accuracy).
-    poly = _kernel_poly(w, beta, 10) if w <= 8 else None
+    poly = _kernel_poly(w, beta, 10) if w <= 12 else None
     return FineGridSetup(dim, K, dxi, nf, w, beta, tuple(inv), poly)
 
 
 def setup_for(grid, dtype: torch.dtype) -> FineGridSetup:
-    """The fine grid of ``grid`` (a :class:`~rml_fast.kernels.nudft.FrequencyGrid`) for ``dtype``:
-    kernel width 8 for float32 (about 1e-7 relative error), 16 for float64 (about 1e-14)."""
-    w = 16 if dtype == torch.float64 else 8
-    return _setup(tuple(int(k) for k in grid.K), tuple(float(r) for r in grid.resolution), w)
+    """The fine grid of ``grid`` (a :class:`~rml_fast.kernels.nudft.FrequencyGrid`) for ``dtype``.
+
+    float64: oversampling 2, kernel width 16 (about 1e-14 relative error). float32: 1-D
+    oversampling 2, width 8; 2-D oversampling 1.5, width 9 (both about 1e-6 relative error,
+    measured against the float64 reference; in 2-D the smaller grid makes the FFT, which
+    dominates there, 1.56x cheaper for 1.27x more spreading work).
+    """
+    K = tuple(int(k) for k in grid.K)
+    res = tuple(float(r) for r in grid.resolution)
+    if dtype == torch.float64:
+        return _setup(K, res, 16)
+    if len(K) == 2:
+        return _setup(K, res, 9, 1.5)
+    return _setup(K, res, 8)
 
 
 def prefer_nufft(grid, n_points: int, channels: int, dtype: torch.dtype) -> bool:
