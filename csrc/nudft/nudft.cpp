@@ -402,13 +402,17 @@ RML_MULTIVERSION void interp_some(const T* xb, const T* gb, const std::int64_t* 
 
 // Visiting order of the points of one batch element, sorted by fine-grid cell so that
 // consecutive points touch the same or nearby grid rows (their stencils overlap: the rows stay in
-// L1 instead of being fetched from L2 per point). Counting sort over the cells of axis 0.
+// cache instead of being fetched from memory per point). Counting sort over the cells of axis 0.
+// Only worth it when the grid of one batch element does not fit in L2 (sorted points gather
+// their value / output rows out of order); below kSortBytes the points keep their order.
+constexpr std::int64_t kSortBytes = std::int64_t(256) << 10;
 template <typename T>
 void point_order(const T* x, std::int64_t P, const FineGrid& fg, std::vector<std::int64_t>& order,
                  std::vector<std::int64_t>& key) {
   const int d = fg.dim;
   const std::int64_t nb = fg.nf[0];
   order.resize(static_cast<std::size_t>(P));
+
   key.assign(static_cast<std::size_t>(nb + 1) + static_cast<std::size_t>(P), 0);
   std::int64_t* count = key.data();
   std::int64_t* cell = key.data() + nb + 1;
@@ -438,8 +442,9 @@ void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t
       T* gb = g + b * cells * Cg;
       std::fill(gb, gb + cells * Cg, T(0));
       const T* xb = x + b * N * d;
-      point_order(xb, N, fg, order, key);
-      spread_one<T>(xb, v + b * N * C, order.data(), N, C, ones, fg, gb);
+      const bool sort = cells * Cg * static_cast<std::int64_t>(sizeof(T)) > kSortBytes;
+      if (sort) point_order(xb, N, fg, order, key);
+      spread_one<T>(xb, v + b * N * C, sort ? order.data() : nullptr, N, C, ones, fg, gb);
     }
   }
 }
@@ -453,7 +458,9 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
   const std::int64_t mchunks = (M + chunk - 1) / chunk;
   const bool parallel = B * mchunks > 1 && B * M * O * w * (d == 2 ? w : 1) >= kSerialWork / 4;
   // Per batch element the points in grid-cell order (computed once, shared by the tasks).
-  std::vector<std::vector<std::int64_t>> orders(static_cast<std::size_t>(B));
+  const bool sort = cells * O * static_cast<std::int64_t>(sizeof(T)) > kSortBytes;
+  std::vector<std::vector<std::int64_t>> orders(static_cast<std::size_t>(sort ? B : 0));
+  if (sort) {
 #pragma omp parallel if (parallel)
   {
     std::vector<std::int64_t> key;
@@ -461,11 +468,12 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
     for (std::int64_t b = 0; b < B; ++b)
       point_order(x + b * M * d, M, fg, orders[static_cast<std::size_t>(b)], key);
   }
+  }
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (std::int64_t task = 0; task < B * mchunks; ++task) {
     const std::int64_t b = task / mchunks, m0 = (task % mchunks) * chunk;
     const std::int64_t m1 = std::min(M, m0 + chunk);
-    const std::int64_t* order = orders[static_cast<std::size_t>(b)].data();
+    const std::int64_t* order = sort ? orders[static_cast<std::size_t>(b)].data() : nullptr;
     interp_some<T>(x + b * M * d, g + b * cells * O, order, m0, m1, O, fg, y + b * M * O);
   }
 }
