@@ -381,7 +381,9 @@ class SetFourierConv(nn.Module):
             raise ValueError("zv and the key/value positions must agree in (B, N)")
         if self.input_mixing is not None:
             zv = self.input_mixing(zv)
-        if self._layout is not None and not self.low_rank and plan.backend != "reference":
+        # plans of other transform providers (duck-typed, no backend) take the split product too
+        reference = getattr(plan, "backend", None) == "reference"
+        if self._layout is not None and not self.low_rank and not reference:
             y_re, y_im = self._split_product(zv, plan)
         else:  # the reference code's formulation: embedding E (2C channels), full product
             y_re, y_im = self.spectral_product(*self.embed(zv, plan))
