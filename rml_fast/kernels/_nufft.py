@@ -133,17 +133,18 @@ def prefer_nufft(grid, n_points: int, channels: int, dtype: torch.dtype) -> bool
     ``n_points`` points per batch element.
 
     Cost model (per batch element and channel, in units of one direct-sum multiply-add):
-    direct ``P F``; NUFFT ``a P w^d + 2.5 d n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5``
-    with the polynomial kernel (float32), 4 with the exact one (float64). Calibrated from
+    direct ``P F``; NUFFT ``a P w^d + 5 n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5`` with
+    the polynomial kernel (float32), 4 with the exact one (float64). Calibrated from
     single-thread timings of both paths at B = 64, C = 128 (1-D, F = 50) and B = 16, C = 256
-    (2-D, F = 1225): the NUFFT path is taken from about 100 points per set on the default
-    1-D grid and about 600 on the 2-D image grid.
+    (2-D, F = 1225) on a shared machine, leaning to the direct sums where the timings were
+    mixed: the NUFFT path is taken from about 200 points per set on the default 1-D grid and
+    about 370 on the 2-D image grid.
     """
     st = setup_for(grid, dtype)
     cells = math.prod(st.nf)
     direct = n_points * grid.n_freq
     a = 1.5 if st.poly is not None else 4.0
-    nufft = a * n_points * st.w**st.dim + 2.5 * st.dim * cells * math.log2(cells)
+    nufft = a * n_points * st.w**st.dim + 5.0 * cells * math.log2(cells)
     return direct > nufft
 
 
