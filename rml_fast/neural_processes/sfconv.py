@@ -326,7 +326,8 @@ class SetFourierConv(nn.Module):
         gh = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
         w_re, w_im = self._weight_planes(self.weight, re.dtype)  # (F, nb, G, a, b)
         # density term: U (F, nb, G, b)
-        gd = gh[:, lay["chan"]] * lay["dens"].to(re.dtype)  # (F, G, a)
+        dev = gh.device  # the index maps live on the CPU
+        gd = gh[:, lay["chan"].to(dev)] * lay["dens"].to(device=dev, dtype=re.dtype)  # (F, G, a)
         dgroups = [g for g in range(G) if bool(lay["dens"][g].any())]
         d0, d1 = dgroups[0], dgroups[-1] + 1
         gd = gd[:, d0:d1]
@@ -338,7 +339,7 @@ class SetFourierConv(nn.Module):
         yd_im = dr * u_im[:, :, :, None] + di * u_re[:, :, :, None]
         # feature term: (F, 1, Gf, B, L) @ (F, nb, Gf, L, b)
         ghf = gh.reshape(Fn, 1, g1 - g0, L, 1)
-        rows = lay["rows"]
+        rows = lay["rows"].to(dev)
         wf_re = w_re[:, :, g0:g1][:, :, :, rows] * ghf
         wf_im = w_im[:, :, g0:g1][:, :, :, rows] * ghf
 
