@@ -224,6 +224,7 @@ class nudft:  # submodule rml_fast._C.nudft
         beta: float,
         ones: bool,
         g: npt.NDArray[np.floating[Any]],
+        poly: npt.NDArray[np.float64] | None = None,
     ) -> None: ...
     @staticmethod
     def interp(
@@ -234,6 +235,27 @@ class nudft:  # submodule rml_fast._C.nudft
         w: int,
         beta: float,
         y: npt.NDArray[np.floating[Any]],
+        poly: npt.NDArray[np.float64] | None = None,
+    ) -> None: ...
+    @staticmethod
+    def modes_out(
+        S: npt.NDArray[np.complexfloating[Any, Any]],
+        K: list[int],
+        scale: npt.NDArray[np.float64],
+        sign_im: int,
+        re: npt.NDArray[np.floating[Any]],
+        im: npt.NDArray[np.floating[Any]],
+        dens_re: npt.NDArray[np.floating[Any]] | None = None,
+        dens_im: npt.NDArray[np.floating[Any]] | None = None,
+    ) -> None: ...
+    @staticmethod
+    def modes_in(
+        re: npt.NDArray[np.floating[Any]],
+        im: npt.NDArray[np.floating[Any]],
+        K: list[int],
+        scale: npt.NDArray[np.float64],
+        sign_im: int,
+        X: npt.NDArray[np.complexfloating[Any, Any]],
     ) -> None: ...
 
 class circuits:  # submodule rml_fast._C.circuits

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <complex>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,17 @@ rml::nudft::FineGrid make_fine_grid(const std::vector<std::int64_t>& nf,
   return fg;
 }
 
+// The optional polynomial kernel table: a C-contiguous float64 array of shape (degree + 1, w).
+void attach_poly(rml::nudft::FineGrid& fg, const py::object& poly) {
+  if (poly.is_none()) return;
+  const py::array a = poly.cast<py::array>();
+  if (a.ndim() != 2 || a.shape(1) != fg.w || a.shape(0) < 1) {
+    throw py::value_error("poly must have shape (degree + 1, w)");
+  }
+  fg.poly = in_view<double>(a, "poly", {a.shape(0), static_cast<py::ssize_t>(fg.w)});
+  fg.degree = static_cast<int>(a.shape(0)) - 1;
+}
+
 std::vector<py::ssize_t> grid_shape(py::ssize_t B, const rml::nudft::FineGrid& fg, py::ssize_t C) {
   if (fg.dim == 1) return {B, static_cast<py::ssize_t>(fg.nf[0]), C};
   return {B, static_cast<py::ssize_t>(fg.nf[0]), static_cast<py::ssize_t>(fg.nf[1]), C};
@@ -162,6 +174,92 @@ void interp_impl(const py::array& x, const py::array& g, const rml::nudft::FineG
 }
 
 bool is_f64(const py::array& a) { return a.dtype().is(py::dtype::of<double>()); }
+
+// Complex spectrum arrays (complex64 / complex128) viewed as interleaved real pairs.
+template <typename T>
+const T* complex_view(const py::array& a, const char* name, const std::vector<py::ssize_t>& shape) {
+  if (!a.dtype().is(py::dtype::of<std::complex<T>>())) {
+    throw py::type_error(std::string(name) + ": expected dtype " +
+                         std::string(py::str(py::dtype::of<std::complex<T>>())) + ", got " +
+                         std::string(py::str(a.dtype())));
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw py::value_error(std::string(name) + ": expected a C-contiguous array");
+  }
+  if (a.ndim() != static_cast<py::ssize_t>(shape.size())) {
+    throw py::value_error(std::string(name) + ": expected ndim " + std::to_string(shape.size()));
+  }
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (a.shape(static_cast<py::ssize_t>(i)) != shape[i]) {
+      throw py::value_error(std::string(name) + ": wrong size of axis " + std::to_string(i));
+    }
+  }
+  return static_cast<const T*>(a.data());
+}
+
+// The spectrum shape of S / X (B, rows[, cols], channels) for half-widths K, checked.
+rml::nudft::SpectrumShape spectrum_shape(const py::array& a, const std::vector<std::int64_t>& K) {
+  if (K.empty() || K.size() > 2) throw py::value_error("K must have 1 or 2 entries");
+  rml::nudft::SpectrumShape sh{};
+  sh.dim = static_cast<int>(K.size());
+  if (a.ndim() != sh.dim + 2) throw py::value_error("spectrum must have shape (B, rows[, cols], C)");
+  sh.rows = a.shape(1);
+  sh.cols = sh.dim == 2 ? a.shape(2) : 1;
+  sh.K[0] = K[0];
+  sh.K[1] = sh.dim == 2 ? K[1] : 0;
+  if (sh.K[0] < 0 || sh.K[1] < 0) throw py::value_error("K must be >= 0");
+  const bool fits = sh.dim == 1 ? sh.rows >= sh.K[0] + 1
+                                : (sh.rows >= 2 * sh.K[0] + 1 && sh.cols >= sh.K[1] + 1);
+  if (!fits) throw py::value_error("the spectrum array is too small for the modes K");
+  return sh;
+}
+
+std::vector<py::ssize_t> spec_dims(py::ssize_t B, const rml::nudft::SpectrumShape& sh, py::ssize_t C) {
+  if (sh.dim == 1) return {B, static_cast<py::ssize_t>(sh.rows), C};
+  return {B, static_cast<py::ssize_t>(sh.rows), static_cast<py::ssize_t>(sh.cols), C};
+}
+
+py::ssize_t n_modes(const rml::nudft::SpectrumShape& sh) {
+  return sh.dim == 1 ? sh.K[0] + 1 : (2 * sh.K[0] + 1) * (sh.K[1] + 1);
+}
+
+template <typename T>
+void modes_out_impl(const py::array& S, const std::vector<std::int64_t>& K,
+                    const py::array& scale, int sign_im, py::array& re, py::array& im,
+                    const py::object& dens_re, const py::object& dens_im) {
+  const auto sh = spectrum_shape(S, K);
+  const py::ssize_t B = S.shape(0), Cg = S.shape(S.ndim() - 1), F = n_modes(sh);
+  const T* sp = complex_view<T>(S, "S", spec_dims(B, sh, Cg));
+  const double* scp = in_view<double>(scale, "scale", {F});
+  const bool dens = !dens_re.is_none();
+  const py::ssize_t C = Cg - (dens ? 1 : 0);
+  if (C < 0) throw py::value_error("S has no density channel");
+  T* rp = out_view<T>(re, "re", {B, F, C});
+  T* ip = out_view<T>(im, "im", {B, F, C});
+  T* drp = nullptr;
+  T* dip = nullptr;
+  if (dens) {
+    py::array dr = dens_re.cast<py::array>(), di = dens_im.cast<py::array>();
+    drp = out_view<T>(dr, "dens_re", {B, F});
+    dip = out_view<T>(di, "dens_im", {B, F});
+  }
+  py::gil_scoped_release release;
+  rml::nudft::modes_out<T>(sp, B, Cg, C, sh, scp, sign_im, rp, ip, drp, dip);
+}
+
+template <typename T>
+void modes_in_impl(const py::array& re, const py::array& im, const std::vector<std::int64_t>& K,
+                   const py::array& scale, int sign_im, py::array& X) {
+  const auto sh = spectrum_shape(X, K);
+  const py::ssize_t B = re.shape(0), O = re.shape(2), F = n_modes(sh);
+  const T* rp = in_view<T>(re, "re", {B, F, O});
+  const T* ip = in_view<T>(im, "im", {B, F, O});
+  const double* scp = in_view<double>(scale, "scale", {F});
+  T* xp = const_cast<T*>(complex_view<T>(X, "X", spec_dims(B, sh, O)));
+  if (!X.writeable()) throw py::value_error("X: expected a writable array");
+  py::gil_scoped_release release;
+  rml::nudft::modes_in<T>(rp, ip, B, O, sh, scp, sign_im, xp);
+}
 
 }  // namespace
 
@@ -200,29 +298,69 @@ void register_nudft(py::module_ m) {
   m.def(
       "spread",
       [](const py::array& x, const py::array& v, const std::vector<std::int64_t>& nf,
-         const std::vector<double>& dxi, int w, double beta, bool ones, py::array g) {
-        const auto fg = make_fine_grid(nf, dxi, w, beta);
+         const std::vector<double>& dxi, int w, double beta, bool ones, py::array g,
+         const py::object& poly) {
+        auto fg = make_fine_grid(nf, dxi, w, beta);
+        attach_poly(fg, poly);
         if (is_f64(x)) {
           spread_impl<double>(x, v, fg, ones, g);
         } else {
           spread_impl<float>(x, v, fg, ones, g);
         }
       },
-      "x"_a, "v"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "ones"_a, "g"_a,
+      "x"_a, "v"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "ones"_a, "g"_a, "poly"_a = py::none(),
       "NUFFT spreading: g[b,j,c] = sum_n v[b,n,c] phi(j - frac(dxi x[b,n]) nf) on the periodic "
       "fine grid g [B,*nf,C(+1)] (exponential-of-semicircle kernel of width w, shape beta); "
-      "ones=True adds a last channel spreading the value 1 (density).");
+      "ones=True adds a last channel spreading the value 1 (density); poly (degree+1, w) float64: "
+      "the kernel as per-node polynomials in t = 2 s - 1 (Horner), None: exact exp/sqrt.");
   m.def(
       "interp",
       [](const py::array& x, const py::array& g, const std::vector<std::int64_t>& nf,
-         const std::vector<double>& dxi, int w, double beta, py::array y) {
-        const auto fg = make_fine_grid(nf, dxi, w, beta);
+         const std::vector<double>& dxi, int w, double beta, py::array y,
+         const py::object& poly) {
+        auto fg = make_fine_grid(nf, dxi, w, beta);
+        attach_poly(fg, poly);
         if (is_f64(x)) {
           interp_impl<double>(x, g, fg, y);
         } else {
           interp_impl<float>(x, g, fg, y);
         }
       },
-      "x"_a, "g"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "y"_a,
-      "NUFFT interpolation (adjoint of spread): y[b,m,o] = sum_j phi(j - u(x[b,m])) g[b,j,o].");
+      "x"_a, "g"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "y"_a, "poly"_a = py::none(),
+      "NUFFT interpolation (adjoint of spread): y[b,m,o] = sum_j phi(j - u(x[b,m])) g[b,j,o]; "
+      "poly as for spread.");
+  m.def(
+      "modes_out",
+      [](const py::array& S, const std::vector<std::int64_t>& K, const py::array& scale,
+         int sign_im, py::array re, py::array im, const py::object& dens_re,
+         const py::object& dens_im) {
+        check_sign(sign_im);
+        if (dens_re.is_none() != dens_im.is_none()) {
+          throw py::value_error("dens_re and dens_im must both be arrays or both None");
+        }
+        if (S.dtype().is(py::dtype::of<std::complex<double>>())) {
+          modes_out_impl<double>(S, K, scale, sign_im, re, im, dens_re, dens_im);
+        } else {
+          modes_out_impl<float>(S, K, scale, sign_im, re, im, dens_re, dens_im);
+        }
+      },
+      "S"_a, "K"_a, "scale"_a, "sign_im"_a, "re"_a, "im"_a, "dens_re"_a = py::none(),
+      "dens_im"_a = py::none(),
+      "Type-1 copy-out: the half-space modes of the spectrum S [B,rows(,cols),Cg] (complex; "
+      "1-D rows >= K+1; 2-D row k0 mod rows, column k1) into planes re/im [B,F,C] scaled by scale[F] (float64), Im times sign_im; "
+      "with dens_re/dens_im the last channel into [B,F].");
+  m.def(
+      "modes_in",
+      [](const py::array& re, const py::array& im, const std::vector<std::int64_t>& K,
+         const py::array& scale, int sign_im, py::array X) {
+        check_sign(sign_im);
+        if (is_f64(re)) {
+          modes_in_impl<double>(re, im, K, scale, sign_im, X);
+        } else {
+          modes_in_impl<float>(re, im, K, scale, sign_im, X);
+        }
+      },
+      "re"_a, "im"_a, "K"_a, "scale"_a, "sign_im"_a, "X"_a,
+      "Type-2 copy-in: X [B,rows(,cols),O] (complex, overwritten) = 0 except at the half-space "
+      "modes, scale[f] (re + i sign_im im)[b,f,:].");
 }

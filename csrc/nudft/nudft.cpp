@@ -270,58 +270,168 @@ constexpr int kMaxWidth = 32;
 
 // Kernel values at the w nodes nearest the fine-grid coordinate of x along one axis; returns
 // the first node index, already reduced modulo nf into [0, nf).
-inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, int w, double beta,
+//
+// With u = frac(dxi x) nf, the first node is j0 = ceil(u - w/2) and node i sits at offset
+// d_i = s + i - w/2 from u, where s = j0 - (u - w/2) in [0, 1). With a polynomial table
+// (fg.poly, degree fg.degree, row-major [degree + 1][w], highest power first, in t = 2 s - 1)
+// the w values are evaluated by Horner's rule, vectorised over the nodes (no exp / sqrt per
+// node); without one, exactly.
+inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, const FineGrid& fg,
                                double* out) {
+  const int w = fg.w;
   double t = dxi * x;
   t -= std::floor(t);
   const double u = t * static_cast<double>(nf);
   const double half = 0.5 * w;
   const double j0 = std::ceil(u - half);
-  for (int i = 0; i < w; ++i) {
-    const double z = (j0 + i - u) / half;
-    const double s = 1.0 - z * z;
-    out[i] = s > 0.0 ? std::exp(beta * (std::sqrt(s) - 1.0)) : 0.0;
+  if (fg.poly != nullptr) {
+    const double tt = 2.0 * (j0 - (u - half)) - 1.0;
+    const double* c = fg.poly;
+    for (int i = 0; i < w; ++i) out[i] = c[i];
+    for (int k = 1; k <= fg.degree; ++k) {
+      c += w;
+      for (int i = 0; i < w; ++i) out[i] = out[i] * tt + c[i];
+    }
+  } else {
+    for (int i = 0; i < w; ++i) {
+      const double z = (j0 + i - u) / half;
+      const double s = 1.0 - z * z;
+      out[i] = s > 0.0 ? std::exp(fg.beta * (std::sqrt(s) - 1.0)) : 0.0;
+    }
   }
   std::int64_t j = static_cast<std::int64_t>(j0) % nf;
   return j < 0 ? j + nf : j;
 }
 
+// The periodic stencil of one point, shared by spreading and interpolation: calls
+// visit(cell, weight) for the w^d fine-grid cells (row-major index) around the point, with the
+// tensor-product kernel weight. Inlined into the callers' (multiversioned) loops.
+template <typename T, typename Visit>
+__attribute__((always_inline)) inline void visit_stencil(const FineGrid& fg, const T* xp,
+                                                         Visit&& visit) {
+  const int w = fg.w;
+  const std::int64_t nf0 = fg.nf[0];
+  double k0[kMaxWidth];
+  const std::int64_t j0 = es_weights(static_cast<double>(xp[0]), fg.dxi[0], nf0, fg, k0);
+  if (fg.dim == 1) {
+    for (int i = 0; i < w; ++i) {
+      std::int64_t r = j0 + i;
+      if (r >= nf0) r -= nf0;
+      visit(r, static_cast<T>(k0[i]));
+    }
+    return;
+  }
+  const std::int64_t nf1 = fg.nf[1];
+  double k1[kMaxWidth];
+  const std::int64_t j1 = es_weights(static_cast<double>(xp[1]), fg.dxi[1], nf1, fg, k1);
+  for (int i = 0; i < w; ++i) {
+    std::int64_t r0 = j0 + i;
+    if (r0 >= nf0) r0 -= nf0;
+    const std::int64_t base = r0 * nf1;
+    for (int l = 0; l < w; ++l) {
+      std::int64_t r1 = j1 + l;
+      if (r1 >= nf1) r1 -= nf1;
+      visit(base + r1, static_cast<T>(k0[i] * k1[l]));
+    }
+  }
+}
+
+// Points are visited in grid-cell order, so their value rows are gathered from memory: prefetch
+// the rows (and positions) of the point kPrefetch visits ahead (a row of C floats spans C / 16
+// cache lines). Measured: the gather otherwise costs 2.5x the arithmetic at B = 64, N = 5000.
+constexpr std::int64_t kPrefetch = 4;
+
 template <typename T>
-RML_MULTIVERSION void axpy_row(std::int64_t n, T a, const T* __restrict x, T* __restrict y) {
-  for (std::int64_t c = 0; c < n; ++c) y[c] += a * x[c];
+__attribute__((always_inline)) inline void prefetch_row(const T* row, std::int64_t n, int rw) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t off = 0; off < bytes; off += 64) {
+    if (rw) {
+      __builtin_prefetch(p + off, 1, 3);
+    } else {
+      __builtin_prefetch(p + off, 0, 3);
+    }
+  }
+}
+
+// Spreads the points of one batch element onto its (zeroed) grid gb [cells, Cg]:
+// channel-contiguous axpy per stencil cell, the density channel (ones) last.
+template <typename T>
+RML_MULTIVERSION void spread_one(const T* xb, const T* vb, const std::int64_t* order,
+                                 std::int64_t N, std::int64_t C, bool ones, const FineGrid& fg,
+                                 T* gb) {
+  const std::int64_t Cg = C + (ones ? 1 : 0);
+  for (std::int64_t q = 0; q < N; ++q) {
+    const std::int64_t n = order != nullptr ? order[q] : q;
+    if (order != nullptr && q + kPrefetch < N) {
+      const std::int64_t nn = order[q + kPrefetch];
+      prefetch_row(vb + nn * C, C, 0);
+      __builtin_prefetch(xb + nn * fg.dim, 0, 3);
+    }
+    const T* __restrict vn = vb + n * C;
+    visit_stencil<T>(fg, xb + n * fg.dim, [&](std::int64_t cell, T k) {
+      T* __restrict row = gb + cell * Cg;
+      for (std::int64_t c = 0; c < C; ++c) row[c] += k * vn[c];
+      if (ones) row[C] += k;
+    });
+  }
+}
+
+// Interpolates the grid gb [cells, O] of one batch element at the points q in [m0, m1).
+template <typename T>
+RML_MULTIVERSION void interp_some(const T* xb, const T* gb, const std::int64_t* order,
+                                  std::int64_t m0, std::int64_t m1, std::int64_t O,
+                                  const FineGrid& fg, T* yb) {
+  for (std::int64_t q = m0; q < m1; ++q) {
+    const std::int64_t m = order != nullptr ? order[q] : q;
+    if (order != nullptr && q + kPrefetch < m1) {
+      const std::int64_t mm = order[q + kPrefetch];
+      prefetch_row(yb + mm * O, O, 1);
+      __builtin_prefetch(xb + mm * fg.dim, 0, 3);
+    }
+    T* __restrict yr = yb + m * O;
+    for (std::int64_t o = 0; o < O; ++o) yr[o] = T(0);
+    visit_stencil<T>(fg, xb + m * fg.dim, [&](std::int64_t cell, T k) {
+      const T* __restrict row = gb + cell * O;
+      for (std::int64_t o = 0; o < O; ++o) yr[o] += k * row[o];
+    });
+  }
 }
 
 }  // namespace
 
-// Visiting order of the points of one batch element: in 2-D sorted by fine-grid cell, so that
-// consecutive points touch nearby grid rows (cache reuse on grids larger than L2).
+// Visiting order of the points of one batch element, sorted by fine-grid cell so that
+// consecutive points touch the same or nearby grid rows (their stencils overlap: the rows stay in
+// cache instead of being fetched from memory per point). Counting sort over the cells of axis 0.
+// Only worth it when the grid of one batch element does not fit in L2 (sorted points gather
+// their value / output rows out of order); below kSortBytes the points keep their order.
+constexpr std::int64_t kSortBytes = std::int64_t(256) << 10;
 template <typename T>
 void point_order(const T* x, std::int64_t P, const FineGrid& fg, std::vector<std::int64_t>& order,
                  std::vector<std::int64_t>& key) {
+  const int d = fg.dim;
+  const std::int64_t nb = fg.nf[0];
   order.resize(static_cast<std::size_t>(P));
-  for (std::int64_t p = 0; p < P; ++p) order[static_cast<std::size_t>(p)] = p;
-  if (fg.dim == 1) return;
-  key.resize(static_cast<std::size_t>(P));
+
+  key.assign(static_cast<std::size_t>(nb + 1) + static_cast<std::size_t>(P), 0);
+  std::int64_t* count = key.data();
+  std::int64_t* cell = key.data() + nb + 1;
   for (std::int64_t p = 0; p < P; ++p) {
-    double c[2];
-    for (int i = 0; i < 2; ++i) {
-      double t = fg.dxi[i] * static_cast<double>(x[p * 2 + i]);
-      t -= std::floor(t);
-      c[i] = std::min(static_cast<double>(fg.nf[i] - 1), std::floor(t * static_cast<double>(fg.nf[i])));
-    }
-    key[static_cast<std::size_t>(p)] = static_cast<std::int64_t>(c[0]) * fg.nf[1] + static_cast<std::int64_t>(c[1]);
+    double t = fg.dxi[0] * static_cast<double>(x[p * d]);
+    t -= std::floor(t);
+    const auto c = std::min<std::int64_t>(nb - 1, static_cast<std::int64_t>(t * static_cast<double>(nb)));
+    cell[p] = c;
+    ++count[c + 1];
   }
-  std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-    return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)];
-  });
+  for (std::int64_t c = 0; c < nb; ++c) count[c + 1] += count[c];
+  for (std::int64_t p = 0; p < P; ++p) order[static_cast<std::size_t>(count[cell[p]]++)] = p;
 }
 
 template <typename T>
 void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C, bool ones,
             const FineGrid& fg, T* g) {
   const int d = fg.dim, w = fg.w;
-  const std::int64_t nf0 = fg.nf[0], nf1 = d == 2 ? fg.nf[1] : 1;
-  const std::int64_t cells = nf0 * nf1;
+  const std::int64_t cells = fg.nf[0] * (d == 2 ? fg.nf[1] : 1);
   const std::int64_t Cg = C + (ones ? 1 : 0);  // grid channels (a ones channel last)
   const bool parallel = B > 1 && B * N * Cg * w * (d == 2 ? w : 1) >= kSerialWork / 4;
 #pragma omp parallel if (parallel)
@@ -331,37 +441,10 @@ void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t
     for (std::int64_t b = 0; b < B; ++b) {
       T* gb = g + b * cells * Cg;
       std::fill(gb, gb + cells * Cg, T(0));
-      point_order(x + b * N * d, N, fg, order, key);
-      double k0[kMaxWidth], k1[kMaxWidth];
-      for (std::int64_t q = 0; q < N; ++q) {
-        const std::int64_t n = order[static_cast<std::size_t>(q)];
-        const T* xp = x + (b * N + n) * d;
-        const T* vn = v + (b * N + n) * C;
-        const std::int64_t j0 = es_weights(static_cast<double>(xp[0]), fg.dxi[0], nf0, w, fg.beta, k0);
-        if (d == 1) {
-          for (int i = 0; i < w; ++i) {
-            std::int64_t r = j0 + i;
-            if (r >= nf0) r -= nf0;
-            T* row = gb + r * Cg;
-            axpy_row<T>(C, static_cast<T>(k0[i]), vn, row);
-            if (ones) row[C] += static_cast<T>(k0[i]);
-          }
-        } else {
-          const std::int64_t j1 = es_weights(static_cast<double>(xp[1]), fg.dxi[1], nf1, w, fg.beta, k1);
-          for (int i = 0; i < w; ++i) {
-            std::int64_t r0 = j0 + i;
-            if (r0 >= nf0) r0 -= nf0;
-            for (int l = 0; l < w; ++l) {
-              std::int64_t r1 = j1 + l;
-              if (r1 >= nf1) r1 -= nf1;
-              const T kk = static_cast<T>(k0[i] * k1[l]);
-              T* row = gb + (r0 * nf1 + r1) * Cg;
-              axpy_row<T>(C, kk, vn, row);
-              if (ones) row[C] += kk;
-            }
-          }
-        }
-      }
+      const T* xb = x + b * N * d;
+      const bool sort = cells * Cg * static_cast<std::int64_t>(sizeof(T)) > kSortBytes;
+      if (sort) point_order(xb, N, fg, order, key);
+      spread_one<T>(xb, v + b * N * C, sort ? order.data() : nullptr, N, C, ones, fg, gb);
     }
   }
 }
@@ -370,55 +453,110 @@ template <typename T>
 void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t O,
             const FineGrid& fg, T* y) {
   const int d = fg.dim, w = fg.w;
-  const std::int64_t nf0 = fg.nf[0], nf1 = d == 2 ? fg.nf[1] : 1;
-  const std::int64_t cells = nf0 * nf1;
+  const std::int64_t cells = fg.nf[0] * (d == 2 ? fg.nf[1] : 1);
   const std::int64_t chunk = 64;  // points per task
   const std::int64_t mchunks = (M + chunk - 1) / chunk;
   const bool parallel = B * mchunks > 1 && B * M * O * w * (d == 2 ? w : 1) >= kSerialWork / 4;
-  // 2-D: per batch element the points in grid-cell order (computed once, shared by the tasks).
-  std::vector<std::vector<std::int64_t>> orders(static_cast<std::size_t>(d == 2 ? B : 0));
-  if (d == 2) {
+  // Per batch element the points in grid-cell order (computed once, shared by the tasks).
+  const bool sort = cells * O * static_cast<std::int64_t>(sizeof(T)) > kSortBytes;
+  std::vector<std::vector<std::int64_t>> orders(static_cast<std::size_t>(sort ? B : 0));
+  if (sort) {
 #pragma omp parallel if (parallel)
-    {
-      std::vector<std::int64_t> key;
+  {
+    std::vector<std::int64_t> key;
 #pragma omp for schedule(dynamic, 1)
-      for (std::int64_t b = 0; b < B; ++b)
-        point_order(x + b * M * d, M, fg, orders[static_cast<std::size_t>(b)], key);
-    }
+    for (std::int64_t b = 0; b < B; ++b)
+      point_order(x + b * M * d, M, fg, orders[static_cast<std::size_t>(b)], key);
+  }
   }
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (std::int64_t task = 0; task < B * mchunks; ++task) {
     const std::int64_t b = task / mchunks, m0 = (task % mchunks) * chunk;
     const std::int64_t m1 = std::min(M, m0 + chunk);
-    const T* gb = g + b * cells * O;
-    double k0[kMaxWidth], k1[kMaxWidth];
-    for (std::int64_t q = m0; q < m1; ++q) {
-      const std::int64_t m = d == 2 ? orders[static_cast<std::size_t>(b)][static_cast<std::size_t>(q)] : q;
-      T* yr = y + (b * M + m) * O;
-      std::fill(yr, yr + O, T(0));
-      const T* xp = x + (b * M + m) * d;
-      const std::int64_t j0 = es_weights(static_cast<double>(xp[0]), fg.dxi[0], nf0, w, fg.beta, k0);
-      if (d == 1) {
-        for (int i = 0; i < w; ++i) {
-          std::int64_t r = j0 + i;
-          if (r >= nf0) r -= nf0;
-          axpy_row<T>(O, static_cast<T>(k0[i]), gb + r * O, yr);
-        }
-      } else {
-        const std::int64_t j1 = es_weights(static_cast<double>(xp[1]), fg.dxi[1], nf1, w, fg.beta, k1);
-        for (int i = 0; i < w; ++i) {
-          std::int64_t r0 = j0 + i;
-          if (r0 >= nf0) r0 -= nf0;
-          for (int l = 0; l < w; ++l) {
-            std::int64_t r1 = j1 + l;
-            if (r1 >= nf1) r1 -= nf1;
-            axpy_row<T>(O, static_cast<T>(k0[i] * k1[l]), gb + (r0 * nf1 + r1) * O, yr);
-          }
-        }
+    const std::int64_t* order = sort ? orders[static_cast<std::size_t>(b)].data() : nullptr;
+    interp_some<T>(x + b * M * d, g + b * cells * O, order, m0, m1, O, fg, y + b * M * O);
+  }
+}
+
+namespace {
+
+// Rows / columns of the spectrum array and the (row, column) cell of frequency f.
+struct ModeMap {
+  std::int64_t rows, cols, K0, K1;
+  int dim;
+  explicit ModeMap(const SpectrumShape& sh)
+      : rows(sh.rows), cols(sh.dim == 1 ? 1 : sh.cols), K0(sh.K[0]), K1(sh.dim == 2 ? sh.K[1] : 0), dim(sh.dim) {}
+  std::int64_t n_freq() const { return dim == 1 ? K0 + 1 : (2 * K0 + 1) * (K1 + 1); }
+  std::int64_t cell(std::int64_t f) const {
+    if (dim == 1) return f;
+    std::int64_t k0 = f / (K1 + 1) - K0;
+    const std::int64_t k1 = f % (K1 + 1);
+    if (k0 < 0) k0 += rows;
+    return k0 * cols + k1;
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C,
+               const SpectrumShape& sh, const double* scale, int sign_im, T* re, T* im,
+               T* dens_re, T* dens_im) {
+  const ModeMap mm(sh);
+  const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
+  const bool parallel = B * F * Cg >= kSerialWork / 8 && B > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t f = 0; f < F; ++f) {
+      const T* src = S + 2 * (b * cells + mm.cell(f)) * Cg;
+      const T sr = static_cast<T>(scale[f]), si = static_cast<T>(sign_im * scale[f]);
+      T* __restrict r = re + (b * F + f) * C;
+      T* __restrict i = im + (b * F + f) * C;
+      for (std::int64_t c = 0; c < C; ++c) {
+        r[c] = sr * src[2 * c];
+        i[c] = si * src[2 * c + 1];
+      }
+      if (dens_re != nullptr) {
+        dens_re[b * F + f] = sr * src[2 * C];
+        dens_im[b * F + f] = si * src[2 * C + 1];
       }
     }
   }
 }
+
+template <typename T>
+void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const SpectrumShape& sh,
+              const double* scale, int sign_im, T* X) {
+  const ModeMap mm(sh);
+  const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
+  const bool parallel = B * cells * O >= kSerialWork / 8 && B > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t b = 0; b < B; ++b) {
+    T* Xb = X + 2 * b * cells * O;
+    std::fill(Xb, Xb + 2 * cells * O, T(0));
+    for (std::int64_t f = 0; f < F; ++f) {
+      T* __restrict dst = Xb + 2 * mm.cell(f) * O;
+      const T sr = static_cast<T>(scale[f]), si = static_cast<T>(sign_im * scale[f]);
+      const T* __restrict r = re + (b * F + f) * O;
+      const T* __restrict i = im + (b * F + f) * O;
+      for (std::int64_t o = 0; o < O; ++o) {
+        dst[2 * o] = sr * r[o];
+        dst[2 * o + 1] = si * i[o];
+      }
+    }
+  }
+}
+
+template void modes_out<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
+                               const SpectrumShape&, const double*, int, float*, float*, float*,
+                               float*);
+template void modes_out<double>(const double*, std::int64_t, std::int64_t, std::int64_t,
+                                const SpectrumShape&, const double*, int, double*, double*,
+                                double*, double*);
+template void modes_in<float>(const float*, const float*, std::int64_t, std::int64_t,
+                              const SpectrumShape&, const double*, int, float*);
+template void modes_in<double>(const double*, const double*, std::int64_t, std::int64_t,
+                               const SpectrumShape&, const double*, int, double*);
 
 template void spread<float>(const float*, const float*, std::int64_t, std::int64_t, std::int64_t,
                             bool, const FineGrid&, float*);

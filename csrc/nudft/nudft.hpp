@@ -48,6 +48,10 @@ struct FineGrid {
   double dxi[2];       // frequency spacings (phase per unit of x, in cycles)
   int w;               // kernel width in grid nodes (<= 32)
   double beta;         // kernel shape
+  // Optional piecewise-polynomial kernel: [degree + 1][w] coefficients (highest power first) of
+  // phi at node i as a polynomial in t = 2 s - 1, s = j0 - (u - w/2) in [0, 1); nullptr: exact.
+  const double* poly = nullptr;
+  int degree = 0;
 };
 
 // Spreading: g[b, j0(, j1), c] = sum_n v[b, n, c] * phi(j0 - u0(x_bn)) (* phi(j1 - u1(x_bn))),
@@ -61,5 +65,30 @@ void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t
 template <typename T>
 void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t O,
             const FineGrid& fg, T* y);
+
+// Spectrum arrays of the FFT stage, per batch element [rows(, cols), channels] complex: the
+// half-space frequency f (half-widths K) sits at row k (1-D, k = 0..K0), or at row (k0 mod rows)
+// and column k1 (2-D). rows / cols may be the full fine grid or a pruned one (2-D: only the
+// K1 + 1 columns that hold modes).
+struct SpectrumShape {
+  int dim;
+  std::int64_t rows, cols;  // cols unused in 1-D
+  std::int64_t K[2];
+};
+
+// Type-1 copy-out (after the forward FFT of the spread grid, S [B, rows(, cols), Cg]):
+//   re[b, f, c] = scale[f] Re S, im[b, f, c] = sign_im scale[f] Im S for c < C, and when
+//   dens_re != nullptr the last channel C into dens_re/dens_im [B, F] (deconvolution and the
+//   sign of the exponent applied in the same pass).
+template <typename T>
+void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C,
+               const SpectrumShape& sh, const double* scale, int sign_im, T* re, T* im,
+               T* dens_re, T* dens_im);
+
+// Type-2 copy-in (before the inverse FFT): X [B, rows(, cols), O] complex (interleaved) = 0
+// except at the modes, X[b, cell(f), o] = scale[f] (re[b, f, o] + i sign_im im[b, f, o]).
+template <typename T>
+void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const SpectrumShape& sh,
+              const double* scale, int sign_im, T* X);
 
 }  // namespace rml::nudft

@@ -14,8 +14,10 @@ Because the two are exact adjoints of each other, the autograd functions of ``nu
 backward of one transform is the other) give gradients that are exact for this approximation.
 The grid phase of a point is ``u_i = frac(dxi_i x_i) nf_i``, so ``e^{-2 pi i k dxi x} =
 e^{-2 pi i k u / nf}``: the modes ``k`` are integers on every axis and the FFT is exact up to the
-kernel's aliasing error. Oversampling ``nf_i >= 2 (2 K_i + 1)`` and ``beta = 2.30 w`` give a
-relative error of about ``10^{1-w}``; ``w = 8`` (float32) and ``w = 16`` (float64).
+kernel's aliasing error. Oversampling ``nf_i >= sigma (2 K_i + 1)`` with ``sigma = 2``,
+``beta = 2.30 w`` gives a relative error of about ``10^{1-w}``: ``w = 8`` (float32, 1-D) and
+``w = 16`` (float64); float32 2-D uses ``sigma = 1.5, w = 9`` (smaller FFTs, same ~1e-6 error).
+In float32 the C++ code evaluates the kernel from per-node polynomials (:func:`_kernel_poly`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class FineGridSetup:
     w: int
     beta: float
     inv_phihat: tuple[np.ndarray, ...]  # per axis, 1 / phi_hat(k) for k = -K..K (last: 0..K)
+    poly: np.ndarray | None  # (degree + 1, w) piecewise-polynomial kernel, or None (exact)
 
 
 def _phihat(k: np.ndarray, nf: int, w: int, beta: float) -> np.ndarray:
@@ -68,48 +71,83 @@ def _phihat(k: np.ndarray, nf: int, w: int, beta: float) -> np.ndarray:
     return (0.5 * w) * (np.cos(2 * np.pi * np.outer(k, z) / nf) @ (weights * phi))
 
 
+def _kernel_poly(w: int, beta: float, degree: int) -> np.ndarray:
+    """The ES kernel as one polynomial per stencil node, for the C++ spreader (Horner's rule).
+
+    A point at fine-grid coordinate ``u`` touches nodes ``j0 + i`` (``i = 0..w-1``) with
+    ``j0 = ceil(u - w/2)``; node ``i`` sits at offset ``s + i - w/2`` from ``u``, where
+    ``s = j0 - (u - w/2)`` in ``[0, 1)``. Column ``i`` holds the power-basis coefficients
+    (highest first) of a Chebyshev least-squares fit of ``phi`` at that node as a function of
+    ``t = 2 s - 1``. Maximum absolute error ~3e-9 (w = 8, degree 10; the kernel's square-root
+    edge at ``phi ~ e^-beta`` bounds it), far below the float32 NUFFT error; the C++ code then
+    evaluates the ``w`` weights of a point with ``degree`` vectorised multiply-adds instead of
+    ``w`` exponentials and square roots.
+    """
+    m = 4 * degree + 20
+    t = np.cos(np.pi * (np.arange(m) + 0.5) / m)
+    s = 0.5 * (t + 1.0)
+    cols = []
+    for i in range(w):
+        z = (s + i - 0.5 * w) / (0.5 * w)
+        val = np.exp(beta * (np.sqrt(np.clip(1.0 - z * z, 0.0, None)) - 1.0))
+        c = np.polynomial.chebyshev.chebfit(t, val, degree)
+        p = np.polynomial.chebyshev.cheb2poly(c)
+        cols.append(np.pad(p, (0, degree + 1 - p.size))[::-1])
+    return np.ascontiguousarray(np.array(cols).T, dtype=np.float64)
+
+
 @functools.lru_cache(maxsize=64)
-def _setup(K: tuple[int, ...], dxi: tuple[float, ...], w: int) -> FineGridSetup:
+def _setup(
+    K: tuple[int, ...], dxi: tuple[float, ...], w: int, sigma: float = 2.0
+) -> FineGridSetup:
     dim = len(K)
-    nf = tuple(max(_next_smooth(2 * (2 * k + 1)), 2 * w) for k in K)
-    beta = 2.30 * w
+    nf = tuple(max(_next_smooth(math.ceil(sigma * (2 * k + 1))), 2 * w) for k in K)
+    # ES shape of Barnett et al. (arXiv 1808.06736): beta = 0.97 pi (1 - 1 / (2 sigma)) w
+    beta = 2.30 * w if sigma == 2.0 else 0.97 * math.pi * (1.0 - 0.5 / sigma) * w
     inv = []
     for i, (k, n) in enumerate(zip(K, nf, strict=True)):
         ks = np.arange(0 if i == dim - 1 else -k, k + 1, dtype=np.float64)
         inv.append(1.0 / _phihat(ks, n, w, beta))
-    return FineGridSetup(dim, K, dxi, nf, w, beta, tuple(inv))
+    # float32 (w = 8): polynomial kernel; float64 (w = 16): exact exp/sqrt (1e-14 accuracy).
+    poly = _kernel_poly(w, beta, 10) if w <= 12 else None
+    return FineGridSetup(dim, K, dxi, nf, w, beta, tuple(inv), poly)
 
 
 def setup_for(grid, dtype: torch.dtype) -> FineGridSetup:
-    """The fine grid of ``grid`` (a :class:`~rml_fast.kernels.nudft.FrequencyGrid`) for ``dtype``:
-    kernel width 8 for float32 (about 1e-7 relative error), 16 for float64 (about 1e-14)."""
-    w = 16 if dtype == torch.float64 else 8
-    return _setup(tuple(int(k) for k in grid.K), tuple(float(r) for r in grid.resolution), w)
+    """The fine grid of ``grid`` (a :class:`~rml_fast.kernels.nudft.FrequencyGrid`) for ``dtype``.
+
+    float64: oversampling 2, kernel width 16 (about 1e-14 relative error). float32: 1-D
+    oversampling 2, width 8; 2-D oversampling 1.5, width 9 (both about 1e-6 relative error,
+    measured against the float64 reference; in 2-D the smaller grid makes the FFT, which
+    dominates there, 1.56x cheaper for 1.27x more spreading work).
+    """
+    K = tuple(int(k) for k in grid.K)
+    res = tuple(float(r) for r in grid.resolution)
+    if dtype == torch.float64:
+        return _setup(K, res, 16)
+    if len(K) == 2:
+        return _setup(K, res, 9, 1.5)
+    return _setup(K, res, 8)
 
 
 def prefer_nufft(grid, n_points: int, channels: int, dtype: torch.dtype) -> bool:
     """Whether the NUFFT path is expected to beat the direct sums for one transform of
     ``n_points`` points per batch element.
 
-    Cost model (per batch element and channel): direct ``P F``; NUFFT ``5 P w^d + 13 n log2 n``
-    for ``n`` fine-grid nodes. The constants were calibrated on a shared 2-core CPU, where the
-    direct GEMM kernels run near peak and spreading is bound by cache traffic: the NUFFT path is
-    taken from about 2000 points per batch element on the default 1-D and 2-D grids.
+    Cost model (per batch element and channel, in units of one direct-sum multiply-add):
+    direct ``P F``; NUFFT ``a P w^d + 5 n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5`` with
+    the polynomial kernel (float32), 4 with the exact one (float64). Calibrated from
+    single-thread timings of both paths at B = 64, C = 128 (1-D, F = 50) and B = 16, C = 256
+    (2-D, F = 1225) on a shared machine, leaning to the direct sums where the timings were
+    mixed: the NUFFT path is taken from about 200 points per set on the default 1-D grid and
+    about 370 on the 2-D image grid.
     """
     st = setup_for(grid, dtype)
     cells = math.prod(st.nf)
     direct = n_points * grid.n_freq
-    nufft = 5.0 * n_points * st.w**st.dim + 13.0 * cells * math.log2(cells)
+    a = 1.5 if st.poly is not None else 4.0
+    nufft = a * n_points * st.w**st.dim + 5.0 * cells * math.log2(cells)
     return direct > nufft
-
-
-def _deconv_half(st: FineGridSetup, dtype: torch.dtype) -> torch.Tensor:
-    """``1 / phi_hat`` on the half-space grid, shape (F, 1)."""
-    if st.dim == 1:
-        d = st.inv_phihat[0]
-    else:
-        d = np.outer(st.inv_phihat[0], st.inv_phihat[1]).ravel()
-    return torch.as_tensor(d, dtype=dtype)[:, None]
 
 
 def _chunk(B: int, cells: int, C: int, itemsize: int) -> int:
@@ -120,20 +158,60 @@ def _chunk(B: int, cells: int, C: int, itemsize: int) -> int:
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _workers(t: torch.Tensor) -> int:
+def _workers(t) -> int:
     """FFT threads (scipy's pocketfft): one for small grids, where a thread team costs more
     than it saves (and stalls on a busy machine), else torch's intra-op thread count."""
-    return 1 if t.numel() < 2**21 else max(1, torch.get_num_threads())
+    return 1 if t.size < 2**21 else max(1, torch.get_num_threads())
 
 
-def _rows(st: FineGridSetup) -> torch.Tensor:
-    """Fine-grid row indices of k0 = -K0..K0 (2-D, first axis)."""
-    K0, n0 = st.K[0], st.nf[0]
-    return torch.arange(-K0, K0 + 1) % n0
+def _deconv_flat(st: FineGridSetup) -> np.ndarray:
+    """``1 / phi_hat`` on the half-space grid, flat (F,), float64."""
+    if st.dim == 1:
+        return np.ascontiguousarray(st.inv_phihat[0])
+    return np.outer(st.inv_phihat[0], st.inv_phihat[1]).ravel()
+
+
+def _last_axis_zero(st: FineGridSetup) -> np.ndarray:
+    """Mask (F,) of the frequencies with ``k_d = 0`` (the real FFT's unpaired column)."""
+    if st.dim == 1:
+        return np.arange(st.K[0] + 1) == 0
+    return (np.arange((2 * st.K[0] + 1) * (st.K[1] + 1)) % (st.K[1] + 1)) == 0
+
+
+def _spectrum_shape(st: FineGridSetup) -> tuple[int, ...]:
+    """The pruned spectrum of one batch element: the ``K + 1`` non-negative modes (1-D); all
+    rows but only the ``K1 + 1`` mode columns (2-D)."""
+    return (st.K[0] + 1,) if st.dim == 1 else (st.nf[0], st.K[1] + 1)
+
+
+def _forward_fft(g: np.ndarray, st: FineGridSetup) -> np.ndarray:
+    """Real FFT of the spread grid ``g`` (b, *nf, C), pruned to the columns holding modes:
+    in 2-D the c2c pass along the first axis runs on ``K1 + 1`` of the ``nf1 / 2 + 1`` real-FFT
+    columns only (about half of its work)."""
+    wk = _workers(g)
+    if st.dim == 1:
+        return np.ascontiguousarray(_fft.rfft(g, axis=1, workers=wk))
+    A = _fft.rfft(g, axis=2, workers=wk)[:, :, : st.K[1] + 1]
+    return np.ascontiguousarray(_fft.fft(A, axis=1, workers=wk, overwrite_x=True))
+
+
+def _inverse_fft(X: np.ndarray, st: FineGridSetup) -> np.ndarray:
+    """Inverse of :func:`_forward_fft` (up to the normalisation): ``irfftn`` of the pruned
+    spectrum ``X`` (b, *spectrum_shape, C), zero-padded on the fly."""
+    wk = _workers(X)
+    if st.dim == 1:
+        return _fft.irfft(X, n=st.nf[0], axis=1, workers=wk)
+    T = _fft.ifft(X, axis=1, workers=wk, overwrite_x=True)
+    return _fft.irfft(T, n=st.nf[1], axis=2, workers=wk, overwrite_x=True)
 
 
 def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool):
-    """Raw type 1 (no autograd): ``(re, im, dre, dim)`` as the direct backends return them."""
+    """Raw type 1 (no autograd): ``(re, im, dre, dim)`` as the direct backends return them.
+
+    Spread (C++, the density as an extra grid channel), real FFT over the grid axes (scipy's
+    pocketfft, pruned to the mode columns in 2-D), then one C++ pass that picks the half-space modes, divides by the kernel's
+    transform and writes the real/imaginary planes (no complex intermediate).
+    """
     from rml_fast._native import _C
 
     B, _, C = v.shape
@@ -143,39 +221,50 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     vv = v.detach().contiguous()
     Cp = C + int(density)
     Fn = grid.n_freq
-    out = torch.empty(B, Fn, Cp, dtype=torch.complex128 if dtype == torch.float64 else torch.complex64)
-    deconv = _deconv_half(st, dtype)
+    re = torch.empty(B, Fn, C, dtype=dtype)
+    im = torch.empty(B, Fn, C, dtype=dtype)
+    dre = torch.empty(B, Fn, dtype=dtype) if density else None
+    dim = torch.empty(B, Fn, dtype=dtype) if density else None
+    scale = _deconv_flat(st)
     cells = math.prod(st.nf)
     step = _chunk(B, cells, Cp, vv.element_size())
-    nf, dxi = list(st.nf), list(st.dxi)
+    nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
+    axes = (1,) if st.dim == 1 else (1, 2)
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
         g = torch.empty(b1 - b0, *st.nf, Cp, dtype=dtype)
         _C.nudft.spread(
-            x[b0:b1].numpy(), vv[b0:b1].numpy(), nf, dxi, st.w, st.beta, density, g.numpy()
+            x[b0:b1].numpy(),
+            vv[b0:b1].numpy(),
+            nf,
+            dxi,
+            st.w,
+            st.beta,
+            density,
+            g.numpy(),
+            st.poly,
         )
-        if st.dim == 1:
-            S = torch.from_numpy(_fft.rfft(g.numpy(), axis=1, workers=_workers(g)))
-            S = S[:, : st.K[0] + 1]
-        else:
-            S = torch.from_numpy(_fft.rfftn(g.numpy(), axes=(1, 2), workers=_workers(g)))
-            S = S[:, _rows(st), : st.K[1] + 1].reshape(b1 - b0, Fn, Cp)
-        out[b0:b1] = S * deconv
-    re, im = out.real, out.imag
-    if sign == 1:
-        im = -im
-    if not density:
-        return re.contiguous(), im.contiguous(), None, None
-    return (
-        re[..., :C].contiguous(),
-        im[..., :C].contiguous(),
-        re[..., C].contiguous(),
-        im[..., C].contiguous(),
-    )
+        S = np.ascontiguousarray(_fft.rfftn(g.numpy(), axes=axes, workers=_workers(g.numpy())))
+        _C.nudft.modes_out(
+            S,
+            K,
+            scale,
+            -sign,
+            re[b0:b1].numpy(),
+            im[b0:b1].numpy(),
+            None if dre is None else dre[b0:b1].numpy(),
+            None if dim is None else dim[b0:b1].numpy(),
+        )
+    return re, im, dre, dim
 
 
 def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
-    """Raw type 2 (no autograd): ``y = sum_f w_f Re((re + i im) e^{sign i theta})``."""
+    """Raw type 2 (no autograd): ``y = sum_f w_f Re((re + i im) e^{sign i theta})``.
+
+    One C++ pass places the weighted, deconvolved modes on the half-spectrum grid (zeros
+    elsewhere), an inverse real FFT (pocketfft) gives the fine grid, and the C++ interpolation
+    evaluates it at the points.
+    """
     from rml_fast._native import _C
 
     B, M, _ = x.shape
@@ -183,28 +272,21 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
     dtype = x.dtype
     st = setup_for(grid, dtype)
     x = x.detach().contiguous()
-    scale = (w.detach().to(dtype)[:, None] * _deconv_half(st, dtype))  # (F, 1)
-    a = torch.complex(re.detach(), im.detach() if sign == 1 else -im.detach()) * scale
+    re = re.detach().contiguous()
+    im = im.detach().contiguous()
     cells = math.prod(st.nf)
-    half = st.nf[-1] // 2 + 1
-    # irfft(X) = (1/n) [Re X_0 + 2 sum_k Re(X_k e^{..})]: X = a n/2 with X_0 doubled gives Re sum a.
-    a = a * (cells / 2.0)
+    # irfft(X) = (1/n) [Re X_0 + 2 sum_k Re(X_k e^{..})]: X = a n/2 with the k_d = 0 column
+    # doubled gives Re sum a.
+    scale = w.detach().double().cpu().numpy() * _deconv_flat(st) * (cells / 2.0)
+    scale = np.where(_last_axis_zero(st), 2.0 * scale, scale)
     y = torch.empty(B, M, n_out, dtype=dtype)
     step = _chunk(B, cells, n_out, re.element_size())
-    nf, dxi = list(st.nf), list(st.dxi)
+    nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
+    cdt = np.complex128 if dtype == torch.float64 else np.complex64
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
-        if st.dim == 1:
-            X = torch.zeros(b1 - b0, half, n_out, dtype=a.dtype)
-            X[:, : st.K[0] + 1] = a[b0:b1]
-            X[:, 0] *= 2
-            g = _fft.irfft(X.numpy(), n=st.nf[0], axis=1, workers=_workers(X))
-        else:
-            K0, K1 = st.K
-            X = torch.zeros(b1 - b0, st.nf[0], half, n_out, dtype=a.dtype)
-            X[:, _rows(st), : K1 + 1] = a[b0:b1].reshape(b1 - b0, 2 * K0 + 1, K1 + 1, n_out)
-            X[:, :, 0] *= 2
-            g = _fft.irfftn(X.numpy(), s=st.nf, axes=(1, 2), workers=_workers(X))
-        g = np.ascontiguousarray(g, dtype=_NP[dtype])
-        _C.nudft.interp(x[b0:b1].numpy(), g, nf, dxi, st.w, st.beta, y[b0:b1].numpy())
+        X = np.empty((b1 - b0, *_spectrum_shape(st), n_out), dtype=cdt)
+        _C.nudft.modes_in(re[b0:b1].numpy(), im[b0:b1].numpy(), K, scale, sign, X)
+        g = np.ascontiguousarray(_inverse_fft(X, st), dtype=_NP[dtype])
+        _C.nudft.interp(x[b0:b1].numpy(), g, nf, dxi, st.w, st.beta, y[b0:b1].numpy(), st.poly)
     return y

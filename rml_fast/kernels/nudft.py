@@ -349,7 +349,10 @@ class _Type2(torch.autograd.Function):
     def forward(ctx, x, re, im, w, grid, sign, impl):  # type: ignore[override]
         _, t2 = _RAW[impl]
         y = t2(x, re, im, w, grid, sign)
-        ctx.save_for_backward(x, re, im, w)
+        if ctx.needs_input_grad[0]:  # the coefficients are only needed for the position gradient
+            ctx.save_for_backward(x, re, im, w)
+        else:
+            ctx.save_for_backward(x, None, None, w)
         ctx.grid, ctx.sign, ctx.impl = grid, sign, impl
         return y
 

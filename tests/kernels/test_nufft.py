@@ -58,7 +58,9 @@ def test_type2_matches_reference(gname, dtype, sign) -> None:
     c = torch.randn(2, g.n_freq, 6, generator=gen, dtype=torch.complex128)
     w = torch.rand(g.n_freq, generator=gen, dtype=torch.float64) + 0.5
     y_ref = nudft_type2_reference(x, c, g, w, sign=sign)
-    y = nudft_type2(x.to(dtype), c.to(dtype.to_complex()), g, w.to(dtype), sign=sign, backend="nufft")
+    y = nudft_type2(
+        x.to(dtype), c.to(dtype.to_complex()), g, w.to(dtype), sign=sign, backend="nufft"
+    )
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     assert _rel(y.double(), y_ref) < tol
 
@@ -118,20 +120,25 @@ def test_layer_nufft_matches_reference_float32() -> None:
 def test_auto_takes_nufft_only_for_large_transforms() -> None:
     g = GRIDS["1d"]()
     assert not prefer_nufft(g, 50, 128, torch.float32)
-    assert not prefer_nufft(g, 500, 128, torch.float32)
+    assert prefer_nufft(g, 500, 128, torch.float32)
     assert prefer_nufft(g, 5000, 128, torch.float32)
+    g2 = GRIDS["2d-images"]()
+    assert not prefer_nufft(g2, 256, 256, torch.float32)
+    assert prefer_nufft(g2, 1024, 256, torch.float32)
     x, v = _data(1, 4000, 2, 1)
     x, v = x.float(), v.float()
     auto = nudft_type1(x, v, g)[0]
     assert torch.equal(auto, nudft_type1(x, v, g, backend="nufft")[0])
     assert not torch.equal(auto, nudft_type1(x, v, g, backend="native")[0])
-    small = nudft_type1(x[:, :100], v[:, :100], g)[0]
-    assert torch.equal(small, nudft_type1(x[:, :100], v[:, :100], g, backend="native")[0])
+    small = nudft_type1(x[:, :50], v[:, :50], g)[0]
+    assert torch.equal(small, nudft_type1(x[:, :50], v[:, :50], g, backend="native")[0])
 
 
 def test_fine_grid_setup() -> None:
     st = setup_for(GRIDS["2d-images"](), torch.float32)
-    assert st.nf == (100, 100) and st.w == 8  # 2 x (2K + 1) = 98 -> next 2,3,5-smooth even
+    assert st.nf == (80, 80) and st.w == 9  # 1.5 x (2K + 1) = 73.5 -> next 2,3,5-smooth even
+    st1 = setup_for(GRIDS["1d"](), torch.float32)
+    assert st1.nf == (200,) and st1.w == 8  # 2 x (2K + 1) = 198 -> 200
     assert setup_for(GRIDS["1d"](), torch.float64).w == 16
 
 

@@ -108,6 +108,38 @@ def test_native_matches_reference_backend_and_gradcheck() -> None:
         assert torch.allclose(p1.grad, p2.grad, atol=1e-10), n1
 
 
+@pytest.mark.parametrize(
+    ("cls", "kw", "split"),
+    [
+        (SetFourierConv, dict(groups=4), (2, 4, False)),  # density-only, then feature-only groups
+        (SetFourierConv, dict(groups=1), (0, 1, True)),  # one mixed group
+        (SetFourierConv, dict(groups=2, density_feature_pairing="interleaved"), (0, 2, True)),
+        (SetFourierConv, dict(groups=3), None),  # unequal feature counts: embedding path
+        (SetFourierVolterraConv, dict(groups=2, volterra_rank=2), (1, 2, False)),
+    ],
+)
+@pytest.mark.parametrize("dim", [1, 2])
+def test_split_product_equals_embedding_path(cls, kw, split, dim) -> None:
+    """The folded-envelope / rank-one-density product equals the embedding formulation
+    (outputs and every gradient), for every group layout; layouts it cannot split fall back."""
+    torch.manual_seed(0)
+    conv = cls(dim, 6, 12, 1.5, 0.25, **kw).double()
+    lay = conv._layout
+    assert (lay is None) if split is None else ((lay["g0"], lay["g1"], lay["mixed"]) == split)
+    x, q = _pts(3, 9, dim, -1.5, 1.5, 1), _pts(3, 5, dim, -1.5, 1.5, 2)
+    z = torch.randn(3, 9, 6, generator=_gen(3), dtype=torch.float64, requires_grad=True)
+    params = [z, *conv.parameters()]
+    y1 = conv(z, q, x)
+    g1 = torch.autograd.grad(y1.square().sum(), params)
+    conv._layout = None
+    y2 = conv(z, q, x)
+    g2 = torch.autograd.grad(y2.square().sum(), params)
+    assert float(y1.detach().abs().max()) > 1e-3
+    torch.testing.assert_close(y1, y2, rtol=1e-12, atol=1e-13)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
 def test_low_rank_equals_full_filter_uv() -> None:
     torch.manual_seed(2)
     lr = SetFourierConv(1, 3, 4, 2.0, 0.2, groups=2, low_rank=True, rank=3).double()
