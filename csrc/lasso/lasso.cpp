@@ -476,6 +476,7 @@ class Problem {
     const i64 first_alive = std::max<i64>(0, n_snaps_ - H_);
     for (i64 t = first_alive; t < n_snaps_; ++t) {
       Snapshot& sn = snaps_[static_cast<size_t>(t % H_)];
+      if (sn.refs == 0) continue;
       double a = 0.0, d2 = 0.0;
       for (i64 i = 0; i < n; ++i) {
         const double e = r_[static_cast<size_t>(i)] - sn.r[static_cast<size_t>(i)];
@@ -510,6 +511,7 @@ class Problem {
       skip_[jj] = need ? 0 : 1;
       if (need) {
         if (t == -1) --unknown_;
+        if (t >= 0) --snaps_[static_cast<size_t>(t % H_)].refs;
         snap_[jj] = id;
         dstamp_[jj] = drift_;
         sl_[jj] = 0.0;
@@ -518,9 +520,10 @@ class Problem {
     }
     if (!mark) return;
     passes_ += static_cast<double>(cnt) / static_cast<double>(m_);
+    n_need_ = cnt;
     if (opt_.reuse_corr && cnt > 0) {
       Snapshot& sn = snaps_[static_cast<size_t>(id % H_)];
-      if (id >= H_) {
+      if (id >= H_ && sn.refs > 0) {
         // The oldest snapshot leaves the ring: its features keep their current estimate,
         // with the projection's remainder as a fixed slack (path-length bound from now on).
         const i64 old = id - H_;
@@ -535,6 +538,7 @@ class Problem {
       }
       sn.r.assign(r_.begin(), r_.end());
       sn.q.assign(q_.begin(), q_.end());
+      sn.refs = cnt;
       ++n_snaps_;
     }
   }
@@ -564,6 +568,7 @@ class Problem {
   double gap() const { return gap_; }
   i64 epochs() const { return epochs_; }
   double passes() const { return passes_; }
+  i64 n_need() const { return n_need_; }  // columns the next pass computes
   const double* residual_data() const { return r_.data(); }
   // The probe direction of the next pass, nullptr while there is none (no residual step yet).
   const double* probe_data() const { return has_probe_ ? q_.data() : nullptr; }
@@ -970,10 +975,11 @@ class Problem {
   struct Snapshot {
     std::vector<double> r, q;
     double a = 0.0, e = 0.0;
+    i64 refs = 0;  // features whose c_, g_ refer to this snapshot
   };
   std::vector<double> sl_;  // slack of estimates rebased from a snapshot that left the ring
   std::vector<Snapshot> snaps_;  // ring of H_ snapshots (ids n_snaps_ - H_ .. n_snaps_ - 1)
-  i64 H_ = 8, n_snaps_ = 0, unknown_ = 0;
+  i64 H_ = 8, n_snaps_ = 0, unknown_ = 0, n_need_ = 0;
 };
 
 }  // namespace
@@ -1024,7 +1030,11 @@ void corr_shared(const T* X, i64 n, i64 m, const std::vector<Problem<T>*>& probs
   const i64 bytes_per_col = n * static_cast<i64>(sizeof(T));
   const i64 chunk = std::max<i64>(8, std::min<i64>(256, (i64{256} << 10) / std::max<i64>(1, bytes_per_col)));
   const i64 n_chunks = (m + chunk - 1) / chunk;
-  const bool par = nt > 1 && n * m >= (i64{1} << 25) && n_chunks > 1;
+  // Threads only for passes that read enough columns: on a shared machine a parallel region
+  // waits for the slowest thread, which can cost a scheduler time slice (milliseconds).
+  i64 work = 0;
+  for (const Problem<T>* p : probs) work += p->n_need() * n;
+  const bool par = nt > 1 && work >= (i64{1} << 24) && n_chunks > 1;
   std::vector<double> part(static_cast<size_t>(std::max(nt, 1) * A), 0.0);
   const std::vector<double> zeros(static_cast<size_t>(n), 0.0);  // probe of problems without one
 #pragma omp parallel num_threads(nt) if (par)
@@ -1090,17 +1100,18 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
   std::vector<std::vector<i64>> idx(LB);
   std::vector<std::vector<double>> val(LB);
   const int nt = opt.n_threads > 0 ? opt.n_threads : rml::max_threads();
-  // The right-hand sides are split into G = min(threads, B) interleaved groups, one per thread
-  // (no barrier between threads until the end). Within a group the problems run in lockstep:
-  // per round, one shared pass over X gives the correlations of every unconverged problem of
-  // the group, then each of them takes its step. A single group (B = 1, or one thread) may
-  // parallelise that pass over column blocks instead.
-  const i64 G = std::min<i64>(nt, B);
+  // The right-hand sides are split into G interleaved groups of about 8 (at least one per
+  // thread), handed out to the threads dynamically (no barrier until the end, and a thread
+  // that a shared machine slows down takes fewer groups). Within a group the problems run in
+  // lockstep: per round, one shared pass over X gives the correlations of every unconverged
+  // problem of the group, then each of them takes its step. A single group (B = 1, or one
+  // thread) may parallelise that pass over column blocks instead.
+  const i64 G = nt > 1 ? std::min<i64>(B, std::max<i64>(nt, (B + 7) / 8)) : 1;
   // Residual snapshots per problem for the correlation bounds: 8..64, about 64 MiB in all.
   const i64 n_snaps = std::clamp<i64>((i64{64} << 20) / std::max<i64>(1, B * 16 * n), 8, 64);
   std::vector<double> nrm(static_cast<size_t>(m));
   for (i64 j = 0; j < m; ++j) nrm[static_cast<size_t>(j)] = std::sqrt(col_norm2[j]);
-#pragma omp parallel for schedule(static, 1) num_threads(nt) if (G > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (G > 1)
   for (i64 g = 0; g < G; ++g) {
     const int nt_in = G > 1 ? 1 : nt;
     std::vector<std::unique_ptr<Problem<T>>> probs;
@@ -1130,7 +1141,7 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
         double t1 = now_s();
         corr_shared(X, n, m, active, maxc, nt_in);
         double t2 = now_s();
-        g_t[0] += t1 - t0; g_t[1] += t2 - t1;
+        g_t[0] += t1 - t0; g_t[1] += t2 - t1; if (std::getenv("RML_LASSO_DEBUG4")) std::fprintf(stderr, "pass %.4f s frac %.3f\n", t2 - t1, active[0]->passes());
         i64 keep = 0;
         for (size_t a = 0; a < active.size(); ++a)
           { double t3 = now_s(); if (!active[a]->step(maxc[a])) active[static_cast<size_t>(keep++)] = active[a]; g_t[2] += now_s() - t3; }
