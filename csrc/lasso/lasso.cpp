@@ -3,8 +3,6 @@
 #include "lasso/lasso.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -14,11 +12,8 @@
 #include "common/parallel.hpp"
 #include "common/simd.hpp"
 
-#include <chrono>
 namespace rml::lasso {
 namespace {
-double g_t[8];
-inline double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 using i64 = std::int64_t;
 // The *_impl kernels must be inlined into their multi-versioned (RML_SIMD_CLONES) callers:
@@ -276,13 +271,15 @@ RML_SIMD_CLONES void col_dot4(const float* x, const float* const* ys, i64 n, dou
 }
 
 // out (F x K, row-major) = Xn^T Xw for columns xn[f], xw[q] of length n: a blocked product
-// (32 columns of Xw by 256 rows stay in L2 while every group of four new columns passes over
-// them; parallel over the blocks of Xw), so Xw is read from memory once, not once per group.
+// (32 columns of Xw by up to 256 KiB of rows stay in L2 while every group of four new columns
+// passes over them; parallel over the blocks of Xw), so Xw is read from memory once, not once
+// per group.
 template <typename T>
 void gram_rows(const std::vector<const T*>& xn, const std::vector<const T*>& xw, i64 n, double* out,
                int nt) {
   const i64 F = static_cast<i64>(xn.size()), K = static_cast<i64>(xw.size());
-  constexpr i64 QB = 32, RB = 256;
+  constexpr i64 QB = 32;
+  constexpr i64 RB = (i64{256} << 10) / (QB * static_cast<i64>(sizeof(T)));  // 256 KiB of Xw
   const i64 n_qb = (K + QB - 1) / QB;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
   for (i64 b = 0; b < n_qb; ++b) {
@@ -488,33 +485,40 @@ class Problem {
     }
     const i64 id = n_snaps_;
     i64 cnt = 0;
+    // Local pointers (the compiler cannot keep member data pointers in registers across the
+    // stores of this loop otherwise).
+    const double *c = c_.data(), *g = g_.data(), *nrm = nrm_;
+    double *est_p = est_.data(), *ub_p = ub_.data(), *sl = sl_.data(), *dst = dstamp_.data();
+    i64* snap = snap_.data();
+    char* skip = skip_.data();
+    const double drift = drift_;
+    const bool reuse = opt_.reuse_corr;
     for (i64 j : free_) {
-      const size_t jj = static_cast<size_t>(j);
-      const i64 t = snap_[jj];
+      const i64 t = snap[j];
       double est, ub;
       if (t == -1) {
         est = 0.0;
         ub = std::numeric_limits<double>::infinity();
       } else {
-        est = c_[jj];
-        ub = std::abs(c_[jj]) + sl_[jj] + nrm_[j] * (drift_ - dstamp_[jj]);
+        est = c[j];
+        ub = std::abs(c[j]) + sl[j] + nrm[j] * (drift - dst[j]);
         if (t >= 0) {
           const Snapshot& sn = snaps_[static_cast<size_t>(t % H_)];
-          est = c_[jj] + sn.a * g_[jj];
-          ub = std::min(ub, std::abs(est) + nrm_[j] * sn.e);
+          est = c[j] + sn.a * g[j];
+          ub = std::min(ub, std::abs(est) + nrm[j] * sn.e);
         }
       }
-      est_[jj] = est;
-      ub_[jj] = ub;
+      est_p[j] = est;
+      ub_p[j] = ub;
       if (!mark) continue;
-      const bool need = !opt_.reuse_corr || ub > thr;
-      skip_[jj] = need ? 0 : 1;
+      const bool need = !reuse || ub > thr;
+      skip[j] = need ? 0 : 1;
       if (need) {
         if (t == -1) --unknown_;
         if (t >= 0) --snaps_[static_cast<size_t>(t % H_)].refs;
-        snap_[jj] = id;
-        dstamp_[jj] = drift_;
-        sl_[jj] = 0.0;
+        snap[j] = id;
+        dst[j] = drift;
+        sl[j] = 0.0;
         ++cnt;
       }
     }
@@ -590,7 +594,6 @@ class Problem {
     if (gap_ <= tol_abs_ || epochs_ >= opt_.max_epochs) return true;
     if (opt_.screening && exact) screen(gap_, s, lam);
     build_working_set(exact ? s : n * lam, it_, ws_prev_);
-    if (std::getenv("RML_LASSO_DEBUG2")) std::fprintf(stderr, "lam %g it %d exact %d ws %zu supp %zu gap %g\n", lam_, it_, int(exact), ws_.size(), support_.size(), gap_);
     const i64 budget = opt_.max_epochs - epochs_;
     const double tol_in = kInnerRatio * (exact ? gap_ : std::min(gap_, tol_abs_));
     if (static_cast<i64>(ws_.size()) <= kGramCap)
@@ -659,14 +662,20 @@ class Problem {
     p = std::min(p, n_free);
     ws_prev = p;
     if (p < n_free) {
-      keyed_.resize(static_cast<size_t>(n_free));
+      // Keys of the features with key < cut only (closest to the constraint); the cut is
+      // raised until at least p remain, so the selection sorts a few hundred, not all m.
+      keyed_.clear();
       const double inv_s = 1.0 / s;
-      for (i64 q = 0; q < n_free; ++q) {
-        const i64 j = ws_[static_cast<size_t>(q)];
-        const size_t jj = static_cast<size_t>(j);
-        const double key = w_[jj] != 0.0 ? -std::numeric_limits<double>::infinity()
-                                         : (1.0 - std::abs(est_[jj]) * inv_s) / nrm_[j];
-        keyed_[static_cast<size_t>(q)] = {key, j};
+      for (double cut = 0.25;; cut *= 2.0) {
+        keyed_.clear();
+        for (i64 q = 0; q < n_free; ++q) {
+          const i64 j = ws_[static_cast<size_t>(q)];
+          const size_t jj = static_cast<size_t>(j);
+          const double key = w_[jj] != 0.0 ? -std::numeric_limits<double>::infinity()
+                                           : (1.0 - std::abs(est_[jj]) * inv_s) / nrm_[j];
+          if (key < cut) keyed_.emplace_back(key, j);
+        }
+        if (static_cast<i64>(keyed_.size()) >= p || !(cut < 1e300)) break;
       }
       std::nth_element(keyed_.begin(), keyed_.begin() + p, keyed_.end());
       for (i64 q = 0; q < p; ++q) ws_[static_cast<size_t>(q)] = keyed_[static_cast<size_t>(q)].second;
@@ -694,7 +703,6 @@ class Problem {
     }
     // Rows of the new features against the whole working set (blocked: see gram_rows).
     const bool par = par_ && n_new * n_ * k >= (1 << 24);
-    double tg0 = now_s();
     if (!fresh.empty()) {
       const i64 F = static_cast<i64>(fresh.size());
       std::vector<const T*> xn(static_cast<size_t>(F)), xw(static_cast<size_t>(k));
@@ -709,7 +717,6 @@ class Problem {
               rows[static_cast<size_t>(f * k + q)];
       }
     }
-    g_t[5] += now_s() - tg0; tg0 = now_s();
     // Mirror: the cell of (old q, new a) from the row of a; between two new features the
     // value of the earlier one (deterministic).
     for (size_t f = 0; f < fresh.size(); ++f) {
@@ -737,7 +744,6 @@ class Problem {
         }
       }
     }
-    g_t[6] += now_s() - tg0;
     G.resize(static_cast<size_t>(k * k));
     b.resize(static_cast<size_t>(k));
     for (i64 a = 0; a < k; ++a) {
@@ -804,9 +810,7 @@ class Problem {
     const double n = static_cast<double>(n_);
     const double nl = n * lam;
     std::vector<double> G, b;
-    double t0 = now_s();
     gram(G, b);
-    g_t[3] += now_s() - t0; if (std::getenv("RML_LASSO_DEBUG3")) std::fprintf(stderr, "gram k %zu cached %zu t %.4f\n", ws_.size(), cached_.size(), now_s() - t0);
     std::vector<double> w(static_cast<size_t>(k)), c(static_cast<size_t>(k)), inv(static_cast<size_t>(k)),
         thr(static_cast<size_t>(k));
     for (i64 a = 0; a < k; ++a) {
@@ -1129,22 +1133,15 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
       for (auto& p : probs) {
         p->begin(lambdas[l]);
         // From the second penalty on, the first round needs no pass (see Problem::begin).
-        double t4 = now_s();
-        bool done = p->can_skip_pass() && p->virtual_step();
-        g_t[4] += now_s() - t4;
-        if (done) continue;
+        if (p->can_skip_pass() && p->virtual_step()) continue;
         active.push_back(p.get());
       }
       while (!active.empty()) {
-        double t0 = now_s();
         for (Problem<T>* p : active) p->prepare();
-        double t1 = now_s();
         corr_shared(X, n, m, active, maxc, nt_in);
-        double t2 = now_s();
-        g_t[0] += t1 - t0; g_t[1] += t2 - t1; if (std::getenv("RML_LASSO_DEBUG4")) std::fprintf(stderr, "pass %.4f s frac %.3f\n", t2 - t1, active[0]->passes());
         i64 keep = 0;
         for (size_t a = 0; a < active.size(); ++a)
-          { double t3 = now_s(); if (!active[a]->step(maxc[a])) active[static_cast<size_t>(keep++)] = active[a]; g_t[2] += now_s() - t3; }
+          if (!active[a]->step(maxc[a])) active[static_cast<size_t>(keep++)] = active[a];
         active.resize(static_cast<size_t>(keep));
       }
       for (size_t q = 0; q < probs.size(); ++q) {
@@ -1163,8 +1160,6 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
       }
     }
   }
-  if (std::getenv("RML_LASSO_DEBUG")) std::fprintf(stderr, "prepare %.3f corr %.3f step %.3f (gram %.3f) virtual %.3f rows %.3f mirror+nan %.3f\n", g_t[0], g_t[1], g_t[2], g_t[3], g_t[4], g_t[5], g_t[6]);
-  for (double& v : g_t) v = 0;
   out.indptr.assign(LB + 1, 0);
   for (size_t row = 0; row < LB; ++row)
     out.indptr[row + 1] = out.indptr[row] + static_cast<i64>(idx[row].size());
