@@ -330,7 +330,7 @@ def _native_dense(D, Y, lams, **kw):
     D = np.asfortranarray(D)
     Y2 = np.asfortranarray(Y.reshape(Y.shape[0], -1))
     nrm2, _ = _C.lasso.col_norm2(D)
-    indices, values, indptr, gaps, epochs, passes = _C.lasso.path(D, Y2, lams, nrm2, None, **kw)
+    indices, values, indptr, gaps, _epochs, passes = _C.lasso.path(D, Y2, lams, nrm2, None, **kw)
     L, B, m = len(lams), Y2.shape[1], D.shape[1]
     coefs = np.zeros((L * B, m))
     coefs[np.repeat(np.arange(L * B), np.diff(indptr)), indices] = values
