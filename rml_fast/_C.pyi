@@ -134,12 +134,14 @@ class lasso:  # submodule rml_fast._C.lasso
         screening: bool = True,
         working_set: bool = True,
         n_threads: int = 0,
+        reuse_corr: bool = True,
     ) -> tuple[
         npt.NDArray[np.int64],
         npt.NDArray[np.float64],
         npt.NDArray[np.int64],
         npt.NDArray[np.float64],
         npt.NDArray[np.int64],
+        npt.NDArray[np.float64],
     ]: ...
     @staticmethod
     def col_norm2(

@@ -48,16 +48,18 @@ py::tuple run_path(const py::array& X, const py::array& Y, const py::array_t<dou
   }
   auto gaps = to_numpy(res.gaps);
   auto epochs = to_numpy(res.epochs);
+  auto passes = to_numpy(res.passes);
   gaps.resize({L, B});
   epochs.resize({L, B});
+  passes.resize({L, B});
   return py::make_tuple(to_numpy(res.indices), to_numpy(res.values), to_numpy(res.indptr), gaps,
-                        epochs);
+                        epochs, passes);
 }
 
 py::tuple path(const py::array& X, const py::array& Y, const py::array_t<double>& lambdas,
                const py::array_t<double>& col_norm2, const py::object& warm_start, double tol,
                i64 max_epochs, i64 ws_start, int anderson_k, bool screening, bool working_set,
-               int n_threads) {
+               int n_threads, bool reuse_corr) {
   require(X.ndim() == 2, "X: expected a 2-D array (n, m)");
   require(Y.ndim() == 2, "Y: expected a 2-D array (n, B)");
   require((X.flags() & py::array::f_style) != 0, "X: expected a Fortran-contiguous array");
@@ -84,6 +86,7 @@ py::tuple path(const py::array& X, const py::array& Y, const py::array_t<double>
   opt.screening = screening;
   opt.working_set = working_set;
   opt.n_threads = n_threads;
+  opt.reuse_corr = reuse_corr;
   if (X.dtype().is(py::dtype::of<double>())) {
     require(Y.dtype().is(py::dtype::of<double>()), "Y: expected the dtype of X (float64)");
     return run_path<double>(X, Y, lambdas, col_norm2, warm_start, opt);
@@ -123,10 +126,12 @@ void register_lasso(py::module_ m) {
   m.doc() = "Lasso path (gap-safe screening, working sets, Anderson CD), sklearn scaling";
   m.def("path", &path, "X"_a, "Y"_a, "lambdas"_a, "col_norm2"_a, "warm_start"_a = py::none(),
         "tol"_a = 1e-6, "max_epochs"_a = 10000, "ws_start"_a = 40, "anderson_k"_a = 5,
-        "screening"_a = true, "working_set"_a = true, "n_threads"_a = 0,
+        "screening"_a = true, "working_set"_a = true, "n_threads"_a = 0, "reuse_corr"_a = true,
         "Solve min_w 1/(2n)||y_b - X w||^2 + lam_l ||w||_1 for every lambda (warm started) and\n"
-        "every column y_b of Y. Returns (indices, values, indptr, gaps (L, B), epochs (L, B)),\n"
-        "coefficients in CSR over rows l * B + b. Releases the GIL.");
+        "every column y_b of Y. Returns (indices, values, indptr, gaps (L, B), epochs (L, B),\n"
+        "passes (L, B)), coefficients in CSR over rows l * B + b; passes = correlations x_j^T r\n"
+        "computed / m. reuse_corr=False recomputes every unscreened correlation each round.\n"
+        "Releases the GIL.");
   m.def("col_norm2", &col_norm2, "X"_a, "n_threads"_a = 0,
         "Squared column norms of a Fortran-ordered X (n, m) in float64, and whether every entry\n"
         "of X is finite: (norm2 (m,), finite). One pass over X, OpenMP over columns.");

@@ -16,6 +16,13 @@ namespace rml::lasso {
 namespace {
 
 using i64 = std::int64_t;
+// The *_impl kernels must be inlined into their multi-versioned (RML_SIMD_CLONES) callers:
+// an out-of-line copy is compiled for the baseline ISA only (SSE2, 2 lanes).
+#if defined(__GNUC__)
+#define RML_INLINE inline __attribute__((always_inline))
+#else
+#define RML_INLINE inline
+#endif
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr i64 kGramCap = 1024;     // largest cached Gram block (features) per problem
 constexpr i64 kCheckEvery = 10;    // inner epochs between duality-gap checks
@@ -46,7 +53,7 @@ inline double soft(double z, double t) { return z > t ? z - t : (z < -t ? z + t 
 
 // c_j = x_j^T r for unscreened j in [j0, j1); returns max |c_j|. Multi-versioned (AVX2/AVX-512).
 template <typename T>
-inline double corr_range_impl(const T* X, i64 n, i64 j0, i64 j1, const char* screened,
+RML_INLINE double corr_range_impl(const T* X, i64 n, i64 j0, i64 j1, const char* screened,
                               const double* r, double* c) {
   double mx = 0.0;
   for (i64 j = j0; j < j1; ++j) {
@@ -75,7 +82,7 @@ RML_SIMD_CLONES double corr_range(const float* X, i64 n, i64 j0, i64 j1, const c
 // unscreened by all four is read once for four dot products; otherwise each unscreened
 // problem gets its own. mx[q] is raised to max |c| of problem q.
 template <typename T>
-inline void corr_block4_impl(const T* X, i64 n, i64 j0, i64 j1, const char* const* scr,
+RML_INLINE void corr_block4_impl(const T* X, i64 n, i64 j0, i64 j1, const char* const* scr,
                              const double* const* r, double* const* c, double* mx) {
   const double *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
   for (i64 j = j0; j < j1; ++j) {
@@ -122,6 +129,105 @@ RML_SIMD_CLONES void corr_block4(const float* X, i64 n, i64 j0, i64 j1, const ch
   corr_block4_impl(X, n, j0, j1, scr, r, c, mx);
 }
 
+// The same with a probe direction: also g_j = x_j^T q (one read of x_j for both products).
+template <typename T>
+RML_INLINE double corr_range2_impl(const T* X, i64 n, i64 j0, i64 j1, const char* skip, const double* r,
+                               const double* qv, double* c, double* g) {
+  double mx = 0.0;
+  for (i64 j = j0; j < j1; ++j) {
+    if (skip[j]) continue;
+    const T* x = X + j * n;
+    double s = 0.0, t = 0.0;
+#pragma omp simd reduction(+ : s, t)
+    for (i64 i = 0; i < n; ++i) {
+      const double xi = static_cast<double>(x[i]);
+      s += xi * r[i];
+      t += xi * qv[i];
+    }
+    c[j] = s;
+    g[j] = t;
+    mx = std::max(mx, std::abs(s));
+  }
+  return mx;
+}
+
+RML_SIMD_CLONES double corr_range2(const double* X, i64 n, i64 j0, i64 j1, const char* skip,
+                                   const double* r, const double* qv, double* c, double* g) {
+  return corr_range2_impl(X, n, j0, j1, skip, r, qv, c, g);
+}
+
+RML_SIMD_CLONES double corr_range2(const float* X, i64 n, i64 j0, i64 j1, const char* skip,
+                                   const double* r, const double* qv, double* c, double* g) {
+  return corr_range2_impl(X, n, j0, j1, skip, r, qv, c, g);
+}
+
+// Four problems with probes: a column needed by all four is read once for eight products.
+template <typename T>
+RML_INLINE void corr_block4x2_impl(const T* X, i64 n, i64 j0, i64 j1, const char* const* scr,
+                               const double* const* r, const double* const* qv, double* const* c,
+                               double* const* g, double* mx) {
+  const double *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3];
+  const double *q0 = qv[0], *q1 = qv[1], *q2 = qv[2], *q3 = qv[3];
+  for (i64 j = j0; j < j1; ++j) {
+    const T* x = X + j * n;
+    if (!scr[0][j] && !scr[1][j] && !scr[2][j] && !scr[3][j]) {
+      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, t0 = 0.0, t1 = 0.0, t2 = 0.0, t3 = 0.0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3, t0, t1, t2, t3)
+      for (i64 i = 0; i < n; ++i) {
+        const double xi = static_cast<double>(x[i]);
+        s0 += xi * r0[i];
+        s1 += xi * r1[i];
+        s2 += xi * r2[i];
+        s3 += xi * r3[i];
+        t0 += xi * q0[i];
+        t1 += xi * q1[i];
+        t2 += xi * q2[i];
+        t3 += xi * q3[i];
+      }
+      c[0][j] = s0;
+      c[1][j] = s1;
+      c[2][j] = s2;
+      c[3][j] = s3;
+      g[0][j] = t0;
+      g[1][j] = t1;
+      g[2][j] = t2;
+      g[3][j] = t3;
+      mx[0] = std::max(mx[0], std::abs(s0));
+      mx[1] = std::max(mx[1], std::abs(s1));
+      mx[2] = std::max(mx[2], std::abs(s2));
+      mx[3] = std::max(mx[3], std::abs(s3));
+      continue;
+    }
+    for (int q = 0; q < 4; ++q) {
+      if (scr[q][j]) continue;
+      const double* rq = r[q];
+      const double* qq = qv[q];
+      double sq = 0.0, tq = 0.0;
+#pragma omp simd reduction(+ : sq, tq)
+      for (i64 i = 0; i < n; ++i) {
+        const double xi = static_cast<double>(x[i]);
+        sq += xi * rq[i];
+        tq += xi * qq[i];
+      }
+      c[q][j] = sq;
+      g[q][j] = tq;
+      mx[q] = std::max(mx[q], std::abs(sq));
+    }
+  }
+}
+
+RML_SIMD_CLONES void corr_block4x2(const double* X, i64 n, i64 j0, i64 j1, const char* const* scr,
+                                   const double* const* r, const double* const* qv,
+                                   double* const* c, double* const* g, double* mx) {
+  corr_block4x2_impl(X, n, j0, j1, scr, r, qv, c, g, mx);
+}
+
+RML_SIMD_CLONES void corr_block4x2(const float* X, i64 n, i64 j0, i64 j1, const char* const* scr,
+                                   const double* const* r, const double* const* qv,
+                                   double* const* c, double* const* g, double* mx) {
+  corr_block4x2_impl(X, n, j0, j1, scr, r, qv, c, g, mx);
+}
+
 // Gram entries a^T b for pairs of columns.
 RML_SIMD_CLONES double col_dot(const double* a, const double* b, i64 n) {
   double s = 0.0;
@@ -135,6 +241,66 @@ RML_SIMD_CLONES double col_dot(const float* a, const float* b, i64 n) {
 #pragma omp simd reduction(+ : s)
   for (i64 i = 0; i < n; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   return s;
+}
+
+// Four Gram entries x^T y_i with one read of x.
+template <typename T>
+RML_INLINE void col_dot4_impl(const T* x, const T* const* ys, i64 n, double* out) {
+  const T *y0 = ys[0], *y1 = ys[1], *y2 = ys[2], *y3 = ys[3];
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (i64 i = 0; i < n; ++i) {
+    const double xi = static_cast<double>(x[i]);
+    s0 += xi * static_cast<double>(y0[i]);
+    s1 += xi * static_cast<double>(y1[i]);
+    s2 += xi * static_cast<double>(y2[i]);
+    s3 += xi * static_cast<double>(y3[i]);
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+RML_SIMD_CLONES void col_dot4(const double* x, const double* const* ys, i64 n, double* out) {
+  col_dot4_impl(x, ys, n, out);
+}
+
+RML_SIMD_CLONES void col_dot4(const float* x, const float* const* ys, i64 n, double* out) {
+  col_dot4_impl(x, ys, n, out);
+}
+
+// out (F x K, row-major) = Xn^T Xw for columns xn[f], xw[q] of length n: a blocked product
+// (32 columns of Xw by up to 256 KiB of rows stay in L2 while every group of four new columns
+// passes over them; parallel over the blocks of Xw), so Xw is read from memory once, not once
+// per group.
+template <typename T>
+void gram_rows(const std::vector<const T*>& xn, const std::vector<const T*>& xw, i64 n, double* out,
+               int nt) {
+  const i64 F = static_cast<i64>(xn.size()), K = static_cast<i64>(xw.size());
+  constexpr i64 QB = 32;
+  constexpr i64 RB = (i64{256} << 10) / (QB * static_cast<i64>(sizeof(T)));  // 256 KiB of Xw
+  const i64 n_qb = (K + QB - 1) / QB;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+  for (i64 b = 0; b < n_qb; ++b) {
+    const i64 q0 = b * QB, q1 = std::min(K, q0 + QB);
+    std::vector<double> acc(static_cast<size_t>(F * QB), 0.0);
+    for (i64 i0 = 0; i0 < n; i0 += RB) {
+      const i64 len = std::min(RB, n - i0);
+      for (i64 f = 0; f < F; f += 4) {
+        const i64 nf = std::min<i64>(4, F - f);
+        const T* ys[4];
+        for (i64 i = 0; i < 4; ++i) ys[i] = xn[static_cast<size_t>(f + std::min(i, nf - 1))] + i0;
+        for (i64 q = q0; q < q1; ++q) {
+          double d[4];
+          col_dot4(xw[static_cast<size_t>(q)] + i0, ys, len, d);
+          for (i64 i = 0; i < nf; ++i) acc[static_cast<size_t>((f + i) * QB + (q - q0))] += d[i];
+        }
+      }
+    }
+    for (i64 f = 0; f < F; ++f)
+      for (i64 q = q0; q < q1; ++q) out[f * K + q] = acc[static_cast<size_t>(f * QB + (q - q0))];
+  }
 }
 
 // c -= d * g over k entries (the inner CD update).
@@ -217,11 +383,18 @@ template <typename T>
 class Problem {
  public:
   Problem(const T* X, i64 n, i64 m, const double* nrm2, const double* nrm, const T* y,
-          const Options& opt, bool par, int nt)
+          const Options& opt, bool par, int nt, i64 n_snaps)
       : X_(X), n_(n), m_(m), nrm2_(nrm2), nrm_(nrm), opt_(opt), par_(par), nt_(nt),
         w_(static_cast<size_t>(m), 0.0), c_(static_cast<size_t>(m), 0.0),
-        r_(static_cast<size_t>(n)), y_(static_cast<size_t>(n)),
-        screened_(static_cast<size_t>(m), 0), slot_(static_cast<size_t>(m), -1) {
+        r_(static_cast<size_t>(n)), y_(static_cast<size_t>(n)), r_ref_(static_cast<size_t>(n)),
+        q_(static_cast<size_t>(n), 0.0), g_(static_cast<size_t>(m), 0.0),
+        est_(static_cast<size_t>(m), 0.0), ub_(static_cast<size_t>(m), 0.0),
+        dstamp_(static_cast<size_t>(m), 0.0), snap_(static_cast<size_t>(m), -1),
+        screened_(static_cast<size_t>(m), 0), skip_(static_cast<size_t>(m), 1),
+        slot_(static_cast<size_t>(m), -1), sl_(static_cast<size_t>(m), 0.0),
+        snaps_(static_cast<size_t>(n_snaps)), H_(n_snaps) {
+    for (i64 j = 0; j < m; ++j)
+      if (nrm2[j] > 0.0) ++unknown_;
     for (i64 i = 0; i < n; ++i) y_[static_cast<size_t>(i)] = static_cast<double>(y[i]);
     yy_ = dot_dd(y_.data(), y_.data(), n);
   }
@@ -236,12 +409,31 @@ class Problem {
   // unscreened features (by this problem, or shared by several problems: see corr_shared),
   // step(max |c|)} until step returns true. Several problems sharing X run in lockstep so
   // that one pass over X serves all of their correlations.
+  //
+  // Correlations are reused across rounds and penalties (Options::reuse_corr). c_j = x_j^T r_t
+  // and g_j = x_j^T q_t were computed exactly at the residual r_t of a past pass t, with q_t the
+  // unit direction of the last residual step before it (the Lasso path is piecewise linear, so
+  // the residual keeps moving nearly along q_t). With dr = r - r_t, a = q_t^T dr and
+  // e = ||dr - a q_t||: x_j^T r = c_j + a g_j + x_j^T (dr - a q_t), hence
+  //   |x_j^T r| <= |c_j + a g_j| + ||x_j|| e        (est_j = c_j + a g_j is the estimate),
+  // and also <= |c_j| + ||x_j|| (drift - dstamp_j) (path length of r since t, for passes that
+  // fell out of the snapshot ring). prepare() marks for recomputation only the unscreened
+  // features whose bound exceeds n * lam; the others cannot reach the dual constraint, so the
+  // dual scaling max(n lam, max |c|) over the recomputed ones is the exact one and the gap is
+  // the one a full pass would give; screening uses the bounds (a weaker, still safe, test).
+  // From the second penalty on, the first round of a penalty makes no pass at all
+  // (virtual_step): the working set comes from the estimates (support + the features
+  // closest to the constraint) and the pass after its inner solve checks the gap. (Forcing
+  // the strong-rule set |est_j| >= n (2 lam - lam_prev) into it was tried: near the end of
+  // a path it holds hundreds of features and the Gram matrix cost more than it saved.)
   void begin(double lam) {
+    prev_lam_ = lam_;  // 0 before the first penalty
     lam_ = lam;
     tol_abs_ = opt_.tol * yy_ / (2.0 * static_cast<double>(n_));
     free_.clear();
     for (i64 j = 0; j < m_; ++j) {
       screened_[static_cast<size_t>(j)] = nrm2_[j] > 0.0 ? 0 : 1;
+      skip_[static_cast<size_t>(j)] = 1;
       if (nrm2_[j] > 0.0) free_.push_back(j);
     }
     refresh_support();
@@ -250,11 +442,146 @@ class Problem {
     ws_prev_ = 0;
     it_ = 0;
     gap_ = 0.0;
+    passes_ = 0.0;
   }
 
-  // Duality gap from the correlations in c_ (max |c_j| = maxc); true when converged (or out of
-  // epochs), otherwise screens, builds the working set, runs the inner solver and returns false.
+  // Whether the first round of this penalty can skip its pass (every feature has an estimate).
+  bool can_skip_pass() const { return opt_.reuse_corr && unknown_ == 0; }
+
+  // Marks the features whose correlation the next pass must compute (see begin); with
+  // mark = false only refreshes the estimates and bounds est_, ub_ of the unscreened features.
+  void prepare(bool mark = true) {
+    const i64 n = n_;
+    if (has_ref_) {
+      double d2 = 0.0;
+      for (i64 i = 0; i < n; ++i) {
+        const double e = r_[static_cast<size_t>(i)] - r_ref_[static_cast<size_t>(i)];
+        d2 += e * e;
+      }
+      if (d2 > 0.0) {
+        const double dn = std::sqrt(d2);
+        drift_ += dn;
+        has_probe_ = opt_.reuse_corr;
+        for (i64 i = 0; i < n; ++i)
+          q_[static_cast<size_t>(i)] = (r_[static_cast<size_t>(i)] - r_ref_[static_cast<size_t>(i)]) / dn;
+      }
+    }
+    std::copy(r_.begin(), r_.end(), r_ref_.begin());
+    has_ref_ = true;
+    const double thr = static_cast<double>(n) * lam_ * (1.0 - 1e-9);
+    // Projection of r - r_t on q_t and the rest, for every snapshot in the ring.
+    const i64 first_alive = std::max<i64>(0, n_snaps_ - H_);
+    for (i64 t = first_alive; t < n_snaps_; ++t) {
+      Snapshot& sn = snaps_[static_cast<size_t>(t % H_)];
+      if (sn.refs == 0) continue;
+      double a = 0.0, d2 = 0.0;
+      for (i64 i = 0; i < n; ++i) {
+        const double e = r_[static_cast<size_t>(i)] - sn.r[static_cast<size_t>(i)];
+        a += sn.q[static_cast<size_t>(i)] * e;
+        d2 += e * e;
+      }
+      sn.a = a;
+      sn.e = std::sqrt(std::max(0.0, d2 - a * a)) * (1.0 + 1e-12) + 1e-300;
+    }
+    const i64 id = n_snaps_;
+    i64 cnt = 0;
+    // Local pointers (the compiler cannot keep member data pointers in registers across the
+    // stores of this loop otherwise).
+    const double *c = c_.data(), *g = g_.data(), *nrm = nrm_;
+    double *est_p = est_.data(), *ub_p = ub_.data(), *sl = sl_.data(), *dst = dstamp_.data();
+    i64* snap = snap_.data();
+    char* skip = skip_.data();
+    const double drift = drift_;
+    const bool reuse = opt_.reuse_corr;
+    for (i64 j : free_) {
+      const i64 t = snap[j];
+      double est, ub;
+      if (t == -1) {
+        est = 0.0;
+        ub = std::numeric_limits<double>::infinity();
+      } else {
+        est = c[j];
+        ub = std::abs(c[j]) + sl[j] + nrm[j] * (drift - dst[j]);
+        if (t >= 0) {
+          const Snapshot& sn = snaps_[static_cast<size_t>(t % H_)];
+          est = c[j] + sn.a * g[j];
+          ub = std::min(ub, std::abs(est) + nrm[j] * sn.e);
+        }
+      }
+      est_p[j] = est;
+      ub_p[j] = ub;
+      if (!mark) continue;
+      const bool need = !reuse || ub > thr;
+      skip[j] = need ? 0 : 1;
+      if (need) {
+        if (t == -1) --unknown_;
+        if (t >= 0) --snaps_[static_cast<size_t>(t % H_)].refs;
+        snap[j] = id;
+        dst[j] = drift;
+        sl[j] = 0.0;
+        ++cnt;
+      }
+    }
+    if (!mark) return;
+    passes_ += static_cast<double>(cnt) / static_cast<double>(m_);
+    n_need_ = cnt;
+    if (opt_.reuse_corr && cnt > 0) {
+      Snapshot& sn = snaps_[static_cast<size_t>(id % H_)];
+      if (id >= H_ && sn.refs > 0) {
+        // The oldest snapshot leaves the ring: its features keep their current estimate,
+        // with the projection's remainder as a fixed slack (path-length bound from now on).
+        const i64 old = id - H_;
+        for (i64 j = 0; j < m_; ++j) {
+          const size_t jj = static_cast<size_t>(j);
+          if (snap_[jj] != old) continue;
+          c_[jj] += sn.a * g_[jj];
+          sl_[jj] += nrm_[j] * sn.e;
+          dstamp_[jj] = drift_;
+          snap_[jj] = -2;
+        }
+      }
+      sn.r.assign(r_.begin(), r_.end());
+      sn.q.assign(q_.begin(), q_.end());
+      sn.refs = cnt;
+      ++n_snaps_;
+    }
+  }
+
+  // First round of a penalty without a pass (see begin); true when the gap from the bounds
+  // already meets the tolerance.
+  bool virtual_step() {
+    prepare(false);
+    double maxc = 0.0;
+    for (i64 j : free_) maxc = std::max(maxc, ub_[static_cast<size_t>(j)]);
+    return round(maxc, false);
+  }
+
+  // Duality gap from the correlations of the last pass (max |c_j| = maxc); true when converged
+  // (or out of epochs), otherwise screens, builds the working set, runs the inner solver and
+  // returns false.
   bool step(double maxc) {
+    for (i64 j : free_) {
+      const size_t jj = static_cast<size_t>(j);
+      if (skip_[jj]) continue;
+      est_[jj] = c_[jj];
+      ub_[jj] = std::abs(c_[jj]);
+    }
+    return round(maxc, true);
+  }
+
+  double gap() const { return gap_; }
+  i64 epochs() const { return epochs_; }
+  double passes() const { return passes_; }
+  i64 n_need() const { return n_need_; }  // columns the next pass computes
+  const double* residual_data() const { return r_.data(); }
+  // The probe direction of the next pass, nullptr while there is none (no residual step yet).
+  const double* probe_data() const { return has_probe_ ? q_.data() : nullptr; }
+  const char* skip_data() const { return skip_.data(); }
+  double* corr_data() { return c_.data(); }
+  double* probe_corr_data() { return g_.data(); }
+
+ private:
+  bool round(double maxc, bool exact) {
     const double n = static_cast<double>(n_);
     const double lam = lam_;
     const double s = std::max(n * lam, maxc);
@@ -265,10 +592,10 @@ class Problem {
     const double primal = rr / (2.0 * n) + lam * l1;
     gap_ = std::max(0.0, primal - dual_value(rr, ry, s, lam, n));
     if (gap_ <= tol_abs_ || epochs_ >= opt_.max_epochs) return true;
-    if (opt_.screening) screen(gap_, s, lam);
-    build_working_set(s, it_, ws_prev_);
+    if (opt_.screening && exact) screen(gap_, s, lam);
+    build_working_set(exact ? s : n * lam, it_, ws_prev_);
     const i64 budget = opt_.max_epochs - epochs_;
-    const double tol_in = kInnerRatio * gap_;
+    const double tol_in = kInnerRatio * (exact ? gap_ : std::min(gap_, tol_abs_));
     if (static_cast<i64>(ws_.size()) <= kGramCap)
       epochs_ += inner_gram(lam, tol_in, budget);
     else
@@ -279,13 +606,6 @@ class Problem {
     return false;
   }
 
-  double gap() const { return gap_; }
-  i64 epochs() const { return epochs_; }
-  const double* residual_data() const { return r_.data(); }
-  const char* screened_data() const { return screened_.data(); }
-  double* corr_data() { return c_.data(); }
-
- private:
   const T* col(i64 j) const { return X_ + j * n_; }
 
   // Nonzero coefficients (only unscreened features can be nonzero).
@@ -300,6 +620,9 @@ class Problem {
     for (i64 j : support_) axpy(-w_[static_cast<size_t>(j)], col(j), r_.data(), n_);
   }
 
+  // Upper bound of |x_j^T r| (exact for the features of the last pass).
+  double corr_bound(i64 j) const { return ub_[static_cast<size_t>(j)]; }
+
   // Gap-safe sphere test: |x_j^T theta| + ||x_j|| rho < 1 => w_j = 0 at the optimum.
   void screen(double gap, double s, double lam) {
     const double rho = std::sqrt(2.0 * gap / (static_cast<double>(n_) * lam * lam));
@@ -309,8 +632,9 @@ class Problem {
     for (size_t q = 0; q < free_.size(); ++q) {
       const i64 j = free_[q];
       const size_t jj = static_cast<size_t>(j);
-      if (std::abs(c_[jj]) * inv_s + nrm_[j] * rho < 1.0) {
+      if (corr_bound(j) * inv_s + nrm_[j] * rho < 1.0) {
         screened_[jj] = 1;
+        skip_[jj] = 1;
         if (w_[jj] != 0.0) {
           axpy(w_[jj], col(j), r_.data(), n_);
           w_[jj] = 0.0;
@@ -324,7 +648,8 @@ class Problem {
     if (changed) refresh_support();
   }
 
-  // Support plus the features closest to violating the dual constraint (celer's priority).
+  // Support plus the features closest to violating the dual constraint (celer's priority),
+  // ranked by the correlation estimates est_ (exact for the features of the last pass).
   void build_working_set(double s, int it, i64& ws_prev) {
     ws_.assign(free_.begin(), free_.end());
     const i64 n_free = static_cast<i64>(ws_.size());
@@ -337,13 +662,20 @@ class Problem {
     p = std::min(p, n_free);
     ws_prev = p;
     if (p < n_free) {
-      keyed_.resize(static_cast<size_t>(n_free));
+      // Keys of the features with key < cut only (closest to the constraint); the cut is
+      // raised until at least p remain, so the selection sorts a few hundred, not all m.
+      keyed_.clear();
       const double inv_s = 1.0 / s;
-      for (i64 q = 0; q < n_free; ++q) {
-        const i64 j = ws_[static_cast<size_t>(q)];
-        const size_t jj = static_cast<size_t>(j);
-        const double key = w_[jj] != 0.0 ? -1.0 : (1.0 - std::abs(c_[jj]) * inv_s) / nrm_[j];
-        keyed_[static_cast<size_t>(q)] = {key, j};
+      for (double cut = 0.25;; cut *= 2.0) {
+        keyed_.clear();
+        for (i64 q = 0; q < n_free; ++q) {
+          const i64 j = ws_[static_cast<size_t>(q)];
+          const size_t jj = static_cast<size_t>(j);
+          const double key = w_[jj] != 0.0 ? -std::numeric_limits<double>::infinity()
+                                           : (1.0 - std::abs(est_[jj]) * inv_s) / nrm_[j];
+          if (key < cut) keyed_.emplace_back(key, j);
+        }
+        if (static_cast<i64>(keyed_.size()) >= p || !(cut < 1e300)) break;
       }
       std::nth_element(keyed_.begin(), keyed_.begin() + p, keyed_.end());
       for (i64 q = 0; q < p; ++q) ws_[static_cast<size_t>(q)] = keyed_[static_cast<size_t>(q)].second;
@@ -358,29 +690,51 @@ class Problem {
     i64 n_new = 0;
     for (i64 j : ws_)
       if (slot_[static_cast<size_t>(j)] < 0) ++n_new;
-    if (static_cast<i64>(cached_.size()) + n_new > kGramCap) {
-      for (i64 j : cached_) slot_[static_cast<size_t>(j)] = -1;
-      const size_t used = cached_.size();
-      for (size_t a = 0; a < used; ++a)
-        std::fill_n(gc_.begin() + static_cast<std::ptrdiff_t>(a * static_cast<size_t>(cap_)), used, kNaN);
-      cached_.clear();
-      bc_.clear();
-    }
+    if (static_cast<i64>(cached_.size()) + n_new > kGramCap) evict_cache();
     grow_cache(static_cast<i64>(cached_.size()) + n_new);
-    for (i64 j : ws_) {
+    std::vector<i64> fresh;  // working-set positions of the features new to the cache
+    for (i64 a = 0; a < k; ++a) {
+      const i64 j = ws_[static_cast<size_t>(a)];
       if (slot_[static_cast<size_t>(j)] >= 0) continue;
       slot_[static_cast<size_t>(j)] = static_cast<i64>(cached_.size());
       cached_.push_back(j);
       bc_.push_back(dot_xr(col(j), y_.data(), n_));
+      fresh.push_back(a);
     }
-    G.assign(static_cast<size_t>(k * k), 0.0);
-    b.resize(static_cast<size_t>(k));
+    // Rows of the new features against the whole working set (blocked: see gram_rows).
     const bool par = par_ && n_new * n_ * k >= (1 << 24);
-#pragma omp parallel for schedule(dynamic, 8) num_threads(nt_) if (par)
+    if (!fresh.empty()) {
+      const i64 F = static_cast<i64>(fresh.size());
+      std::vector<const T*> xn(static_cast<size_t>(F)), xw(static_cast<size_t>(k));
+      for (i64 f = 0; f < F; ++f) xn[static_cast<size_t>(f)] = col(ws_[static_cast<size_t>(fresh[static_cast<size_t>(f)])]);
+      for (i64 q = 0; q < k; ++q) xw[static_cast<size_t>(q)] = col(ws_[static_cast<size_t>(q)]);
+      std::vector<double> rows(static_cast<size_t>(F * k));
+      gram_rows(xn, xw, n_, rows.data(), par ? nt_ : 1);
+      for (i64 f = 0; f < F; ++f) {
+        const i64 sa = slot_[static_cast<size_t>(ws_[static_cast<size_t>(fresh[static_cast<size_t>(f)])])];
+        for (i64 q = 0; q < k; ++q)
+          gc_[static_cast<size_t>(sa * cap_ + slot_[static_cast<size_t>(ws_[static_cast<size_t>(q)])])] =
+              rows[static_cast<size_t>(f * k + q)];
+      }
+    }
+    // Mirror: the cell of (old q, new a) from the row of a; between two new features the
+    // value of the earlier one (deterministic).
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      const i64 sa = slot_[static_cast<size_t>(ws_[static_cast<size_t>(fresh[f])])];
+      for (i64 q = 0; q < k; ++q) {
+        const i64 sq = slot_[static_cast<size_t>(ws_[static_cast<size_t>(q)])];
+        const bool q_fresh = sq >= static_cast<i64>(cached_.size()) - n_new;
+        if (q_fresh && sq < sa)
+          gc_[static_cast<size_t>(sa * cap_ + sq)] = gc_[static_cast<size_t>(sq * cap_ + sa)];
+        else
+          gc_[static_cast<size_t>(sq * cap_ + sa)] = gc_[static_cast<size_t>(sa * cap_ + sq)];
+      }
+    }
+    // Pairs of old features never in one working set before.
     for (i64 a = 0; a < k; ++a) {
       const i64 ja = ws_[static_cast<size_t>(a)];
       const i64 sa = slot_[static_cast<size_t>(ja)];
-      for (i64 q = a; q < k; ++q) {
+      for (i64 q = a + 1; q < k; ++q) {
         const i64 jq = ws_[static_cast<size_t>(q)];
         const i64 sq = slot_[static_cast<size_t>(jq)];
         double& cell = gc_[static_cast<size_t>(sa * cap_ + sq)];
@@ -388,12 +742,38 @@ class Problem {
           cell = col_dot(col(ja), col(jq), n_);
           gc_[static_cast<size_t>(sq * cap_ + sa)] = cell;
         }
-        G[static_cast<size_t>(a * k + q)] = cell;
-        G[static_cast<size_t>(q * k + a)] = cell;
       }
     }
-    for (i64 a = 0; a < k; ++a)
-      b[static_cast<size_t>(a)] = bc_[static_cast<size_t>(slot_[static_cast<size_t>(ws_[static_cast<size_t>(a)])])];
+    G.resize(static_cast<size_t>(k * k));
+    b.resize(static_cast<size_t>(k));
+    for (i64 a = 0; a < k; ++a) {
+      const i64 sa = slot_[static_cast<size_t>(ws_[static_cast<size_t>(a)])];
+      for (i64 q = 0; q < k; ++q)
+        G[static_cast<size_t>(a * k + q)] =
+            gc_[static_cast<size_t>(sa * cap_ + slot_[static_cast<size_t>(ws_[static_cast<size_t>(q)])])];
+      b[static_cast<size_t>(a)] = bc_[static_cast<size_t>(sa)];
+    }
+  }
+
+  // Frees the Gram cache for a new working set: keeps the features of ws_ (compacted to the
+  // first slots, with their entries), drops the others.
+  void evict_cache() {
+    std::vector<i64> keep;
+    for (i64 j : ws_)
+      if (slot_[static_cast<size_t>(j)] >= 0) keep.push_back(j);
+    std::vector<double> g(static_cast<size_t>(cap_ * cap_), kNaN), bc(keep.size());
+    for (size_t a = 0; a < keep.size(); ++a) {
+      const i64 sa = slot_[static_cast<size_t>(keep[a])];
+      bc[a] = bc_[static_cast<size_t>(sa)];
+      for (size_t q = 0; q < keep.size(); ++q)
+        g[a * static_cast<size_t>(cap_) + q] =
+            gc_[static_cast<size_t>(sa * cap_ + slot_[static_cast<size_t>(keep[q])])];
+    }
+    for (i64 j : cached_) slot_[static_cast<size_t>(j)] = -1;
+    for (size_t a = 0; a < keep.size(); ++a) slot_[static_cast<size_t>(keep[a])] = static_cast<i64>(a);
+    cached_ = keep;
+    bc_.swap(bc);
+    gc_.swap(g);
   }
 
   // Grow the Gram cache (cap_ x cap_, NaN = not computed) to hold `need` features, keeping
@@ -579,17 +959,31 @@ class Problem {
   bool par_;
   int nt_;
   double yy_ = 0.0;
-  double lam_ = 0.0, tol_abs_ = 0.0, gap_ = 0.0;
+  double lam_ = 0.0, prev_lam_ = 0.0, tol_abs_ = 0.0, gap_ = 0.0;
+  double drift_ = 0.0, passes_ = 0.0;  // path length of the residual; passes over X (this lam)
+  bool has_ref_ = false, has_probe_ = false;
   i64 epochs_ = 0, ws_prev_ = 0;
   int it_ = 0;
-  std::vector<double> w_, c_, r_, y_;
-  std::vector<char> screened_;
+  // r_ref_: residual of the last pass; q_: unit direction of the last residual step; per
+  // feature: c_, g_ = x_j^T r_t, x_j^T q_t at snapshot snap_ (-1: never), dstamp_ = drift at t,
+  // est_ / ub_ = estimate / upper bound of x_j^T r (see begin).
+  std::vector<double> w_, c_, r_, y_, r_ref_, q_, g_, est_, ub_, dstamp_;
+  std::vector<i64> snap_;
+  std::vector<char> screened_, skip_;  // skip_: not computed by the next pass
   std::vector<i64> support_, ws_, free_;  // free_: unscreened features, ascending
   std::vector<std::pair<double, i64>> keyed_;
   // Gram cache: slot_[j] indexes gc_ (cap_ x cap_, NaN = not yet computed), bc_ = x_j^T y.
   std::vector<i64> slot_, cached_;
   std::vector<double> gc_, bc_;
   i64 cap_ = 0;
+  struct Snapshot {
+    std::vector<double> r, q;
+    double a = 0.0, e = 0.0;
+    i64 refs = 0;  // features whose c_, g_ refer to this snapshot
+  };
+  std::vector<double> sl_;  // slack of estimates rebased from a snapshot that left the ring
+  std::vector<Snapshot> snaps_;  // ring of H_ snapshots (ids n_snaps_ - H_ .. n_snaps_ - 1)
+  i64 H_ = 8, n_snaps_ = 0, unknown_ = 0, n_need_ = 0;
 };
 
 }  // namespace
@@ -640,8 +1034,13 @@ void corr_shared(const T* X, i64 n, i64 m, const std::vector<Problem<T>*>& probs
   const i64 bytes_per_col = n * static_cast<i64>(sizeof(T));
   const i64 chunk = std::max<i64>(8, std::min<i64>(256, (i64{256} << 10) / std::max<i64>(1, bytes_per_col)));
   const i64 n_chunks = (m + chunk - 1) / chunk;
-  const bool par = nt > 1 && n * m >= (i64{1} << 25) && n_chunks > 1;
+  // Threads only for passes that read enough columns: on a shared machine a parallel region
+  // waits for the slowest thread, which can cost a scheduler time slice (milliseconds).
+  i64 work = 0;
+  for (const Problem<T>* p : probs) work += p->n_need() * n;
+  const bool par = nt > 1 && work >= (i64{1} << 24) && n_chunks > 1;
   std::vector<double> part(static_cast<size_t>(std::max(nt, 1) * A), 0.0);
+  const std::vector<double> zeros(static_cast<size_t>(n), 0.0);  // probe of problems without one
 #pragma omp parallel num_threads(nt) if (par)
   {
 #ifdef _OPENMP
@@ -657,19 +1056,34 @@ void corr_shared(const T* X, i64 n, i64 m, const std::vector<Problem<T>*>& probs
       for (; a + 4 <= A; a += 4) {
         const char* scr[4];
         const double* rr[4];
+        const double* qq[4];
         double* cc[4];
+        double* gg[4];
         for (int q = 0; q < 4; ++q) {
           Problem<T>* p = probs[static_cast<size_t>(a + q)];
-          scr[q] = p->screened_data();
+          scr[q] = p->skip_data();
           rr[q] = p->residual_data();
+          qq[q] = p->probe_data();
           cc[q] = p->corr_data();
+          gg[q] = p->probe_corr_data();
         }
-        corr_block4(X, n, j0, j1, scr, rr, cc, mx + a);
+        if (qq[0] != nullptr || qq[1] != nullptr || qq[2] != nullptr || qq[3] != nullptr) {
+          for (int q = 0; q < 4; ++q)
+            if (qq[q] == nullptr) qq[q] = zeros.data();
+          corr_block4x2(X, n, j0, j1, scr, rr, qq, cc, gg, mx + a);
+        }
+        else
+          corr_block4(X, n, j0, j1, scr, rr, cc, mx + a);
       }
       for (; a < A; ++a) {
         Problem<T>* p = probs[static_cast<size_t>(a)];
-        mx[a] = std::max(mx[a], corr_range(X, n, j0, j1, p->screened_data(), p->residual_data(),
-                                           p->corr_data()));
+        const double* qv = p->probe_data();
+        const double v =
+            qv != nullptr
+                ? corr_range2(X, n, j0, j1, p->skip_data(), p->residual_data(), qv, p->corr_data(),
+                              p->probe_corr_data())
+                : corr_range(X, n, j0, j1, p->skip_data(), p->residual_data(), p->corr_data());
+        mx[a] = std::max(mx[a], v);
       }
     }
   }
@@ -686,25 +1100,29 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
   const size_t LB = static_cast<size_t>(L * B);
   out.gaps.assign(LB, 0.0);
   out.epochs.assign(LB, 0);
+  out.passes.assign(LB, 0.0);
   std::vector<std::vector<i64>> idx(LB);
   std::vector<std::vector<double>> val(LB);
   const int nt = opt.n_threads > 0 ? opt.n_threads : rml::max_threads();
-  // The right-hand sides are split into G = min(threads, B) interleaved groups, one per thread
-  // (no barrier between threads until the end). Within a group the problems run in lockstep:
-  // per round, one shared pass over X gives the correlations of every unconverged problem of
-  // the group, then each of them takes its step. A single group (B = 1, or one thread) may
-  // parallelise that pass over column blocks instead.
-  const i64 G = std::min<i64>(nt, B);
+  // The right-hand sides are split into G interleaved groups of about 8 (at least one per
+  // thread), handed out to the threads dynamically (no barrier until the end, and a thread
+  // that a shared machine slows down takes fewer groups). Within a group the problems run in
+  // lockstep: per round, one shared pass over X gives the correlations of every unconverged
+  // problem of the group, then each of them takes its step. A single group (B = 1, or one
+  // thread) may parallelise that pass over column blocks instead.
+  const i64 G = nt > 1 ? std::min<i64>(B, std::max<i64>(nt, (B + 7) / 8)) : 1;
+  // Residual snapshots per problem for the correlation bounds: 8..64, about 64 MiB in all.
+  const i64 n_snaps = std::clamp<i64>((i64{64} << 20) / std::max<i64>(1, B * 16 * n), 8, 64);
   std::vector<double> nrm(static_cast<size_t>(m));
   for (i64 j = 0; j < m; ++j) nrm[static_cast<size_t>(j)] = std::sqrt(col_norm2[j]);
-#pragma omp parallel for schedule(static, 1) num_threads(nt) if (G > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (G > 1)
   for (i64 g = 0; g < G; ++g) {
     const int nt_in = G > 1 ? 1 : nt;
     std::vector<std::unique_ptr<Problem<T>>> probs;
     std::vector<i64> ids;
     for (i64 b = g; b < B; b += G) {
       probs.emplace_back(std::make_unique<Problem<T>>(X, n, m, col_norm2, nrm.data(), Y + b * n, opt,
-                                                      nt_in > 1, nt_in));
+                                                      nt_in > 1, nt_in, n_snaps));
       if (w0 != nullptr) probs.back()->set_warm(w0 + b * m);
       ids.push_back(b);
     }
@@ -714,9 +1132,12 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
       active.clear();
       for (auto& p : probs) {
         p->begin(lambdas[l]);
+        // From the second penalty on, the first round needs no pass (see Problem::begin).
+        if (p->can_skip_pass() && p->virtual_step()) continue;
         active.push_back(p.get());
       }
       while (!active.empty()) {
+        for (Problem<T>* p : active) p->prepare();
         corr_shared(X, n, m, active, maxc, nt_in);
         i64 keep = 0;
         for (size_t a = 0; a < active.size(); ++a)
@@ -728,6 +1149,7 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
         const size_t row = static_cast<size_t>(l * B + ids[q]);
         out.gaps[row] = prob.gap();
         out.epochs[row] = prob.epochs();
+        out.passes[row] = prob.passes();
         const auto& w = prob.coef();
         for (i64 j = 0; j < m; ++j) {
           if (w[static_cast<size_t>(j)] != 0.0) {

@@ -19,6 +19,10 @@ struct Options {
   bool screening = true;          // gap-safe sphere screening
   bool working_set = true;        // false: inner solver on all unscreened features
   int n_threads = 0;              // 0: OpenMP default
+  // Reuse correlations across rounds and penalties: a feature's x_j^T r is recomputed only
+  // when its bound |c_j(old)| + ||x_j|| * (path length of r since) exceeds n * lam (false:
+  // every round recomputes every unscreened feature, as before round 3).
+  bool reuse_corr = true;
 };
 
 // Coefficients in CSR over rows (l * B + b); gaps and epochs of shape (L, B).
@@ -28,6 +32,7 @@ struct PathResult {
   std::vector<double> values;
   std::vector<double> gaps;
   std::vector<std::int64_t> epochs;
+  std::vector<double> passes;  // (L, B): column correlations computed / m (full passes over X)
 };
 
 // X: (n, m) column-major; Y: (n, B) column-major; lambdas: (L,) non-increasing, >= 0;
