@@ -93,9 +93,9 @@ def _case(name: str, quick: bool) -> tuple[nn.Module, torch.Tensor, torch.Tensor
 
 
 def _ours(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-          algorithm: str = "dpsgd") -> Callable[[], Any]:
+          algorithm: str = "dpsgd", memory: str = "fast") -> Callable[[], Any]:
     opt = DPC4Optimizer(model, lr=LR, noise_multiplier=SIGMA, expected_batch_size=x.shape[0],
-                        anchor_clip=C, algorithm=algorithm, seed=0)
+                        anchor_clip=C, algorithm=algorithm, memory=memory, seed=0)
     step = lambda: opt.step(  # noqa: E731
         lambda: nn.functional.cross_entropy(model(x), y, reduction="none"))
     if algorithm == "dpc4":
@@ -242,6 +242,9 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
 _SIDES.update({
     "rml_fast dpsgd": _ours,
     "rml_fast dpc4": lambda m, x, y: _ours(m, x, y, "dpc4"),
+    "rml_fast dpsgd low": lambda m, x, y: _ours(m, x, y, memory="low"),
+    "rml_fast dpc4 low": lambda m, x, y: _ours(m, x, y, "dpc4", memory="low"),
+    "rml_fast dpsgd recompute": lambda m, x, y: _ours(m, x, y, memory="recompute"),
     "non-private SGD": _nonprivate,
     "opacus hooks": _opacus_hooks,
     "opacus ghost": _opacus_ghost,
