@@ -579,6 +579,9 @@ class ClippingEngine:
                 raise ValueError(f"weights must have shape ({cp.batch_size},), got {tuple(w.shape)}")
             if [p.shape for p in cp.params] != [p.shape for p in self.params]:
                 raise ValueError("a pass comes from a model with different parameters")
+            if self.memory == "low" and cp.batch_size and cp.losses is None and cp.rerun is None:
+                raise ValueError("a pass of a low-memory engine has no kept graph (was it "
+                                 "already consumed?) and no rerun function")
         for p in self.params:  # free the previous gradients before building the new ones
             p.grad = None
         if self.memory == "low":
@@ -612,9 +615,6 @@ class ClippingEngine:
         for cp, w in terms:
             if cp.batch_size == 0:
                 continue
-            if cp.losses is None and cp.rerun is None:
-                raise ValueError("a pass of a low-memory engine has no kept graph (was it "
-                                 "already consumed?) and no rerun function")
             ctx = cp.context() if cp.context is not None else contextlib.nullcontext()
             with ctx:
                 losses = cp.losses
