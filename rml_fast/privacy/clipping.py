@@ -55,9 +55,10 @@ __all__ = [
 
 MODES = ("auto", "ghost", "instantiate")
 MEMORY_MODES = ("fast", "low")
-# low-memory mode: per-sample scratch (conv per-sample gradients / im2col of a chunk of
-# samples) is bounded by this many elements, ghost Grams by _LOW_GRAM entries per chunk
-# (each also copied to float64), and the noise is drawn _LOW_NOISE numbers at a time
+# conv per-sample gradients (both modes) and, in the low-memory mode, im2col copies are
+# formed for a chunk of samples of at most about _LOW_SCRATCH elements at a time; low-memory
+# ghost Grams take _LOW_GRAM entries per chunk (each also copied to float64), and its noise
+# is drawn _LOW_NOISE numbers at a time
 _LOW_SCRATCH = 1 << 20
 _LOW_GRAM = 1 << 16
 _LOW_NOISE = 1 << 16
@@ -454,10 +455,9 @@ class ClippingEngine:
         """``(||G_i||^2, ||G_i - G2_i||^2)`` of one form pair (conv per-sample gradients
         formed once for both)."""
         if isinstance(f, ConvForm) and isinstance(f2, ConvForm) and not self._conv_ghost(f):
-            if self.memory == "low":
-                return _cat_pairs(self._sq_and_diff_plain(a, b)
-                                  for a, b in zip(_conv_chunks(f), _conv_chunks(f2), strict=True))
-            return self._sq_and_diff_plain(f, f2)
+            # a chunk of samples at a time: bounded per-sample-gradient scratch
+            return _cat_pairs(self._sq_and_diff_plain(a, b)
+                              for a, b in zip(_conv_chunks(f), _conv_chunks(f2), strict=True))
         return self._sq_norm(f), self._diff_sq_norm(f, f2)
 
     def _sq_and_diff_plain(self, f: ConvForm, f2: ConvForm) -> tuple[torch.Tensor, torch.Tensor]:
@@ -484,8 +484,9 @@ class ClippingEngine:
 
     def _sq_norm(self, f: Form) -> torch.Tensor:
         if isinstance(f, ConvForm):
-            if self.memory == "low" and f.x.shape[0] > 1:
-                # bounded scratch: per-sample gradients / im2col of a chunk of samples
+            if f.x.shape[0] > 1 and (self.memory == "low" or not self._conv_ghost(f)):
+                # bounded scratch: per-sample gradients (both modes) / im2col of a chunk of
+                # samples (low; "fast" keeps the whole unfolded input for the accumulate)
                 chunks = _conv_chunks(f)
                 if len(chunks) > 1:
                     return torch.cat([self._sq_norm(c) for c in chunks])
@@ -506,7 +507,7 @@ class ClippingEngine:
 
     def _diff_sq_norm(self, f: Form, f2: Form) -> torch.Tensor:
         if isinstance(f, ConvForm) and isinstance(f2, ConvForm):
-            if self.memory == "low" and f.x.shape[0] > 1:
+            if f.x.shape[0] > 1 and (self.memory == "low" or not self._conv_ghost(f)):
                 chunks = list(zip(_conv_chunks(f), _conv_chunks(f2), strict=True))
                 if len(chunks) > 1:
                     return torch.cat([self._diff_sq_norm(a, b) for a, b in chunks])
