@@ -464,7 +464,11 @@ class DPC4Optimizer(torch.optim.Optimizer):
             for v, p in zip(self._v, params, strict=True):
                 v.mul_(1 - beta).add_(p.grad)
                 p.grad.copy_(v)
-            self._x_prev = [p.detach().clone() for p in params]
+            if self._x_prev is None:
+                self._x_prev = [p.detach().clone() for p in params]
+            else:  # in place: no second copy of the parameters alive at once
+                for q, p in zip(self._x_prev, params, strict=True):
+                    q.copy_(p)
             move_sq = 0.0
             for v, p in zip(self._v, params, strict=True):
                 direction = v if self.weight_decay == 0.0 else v + self.weight_decay * p
