@@ -257,8 +257,10 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     # CPU memory: each side's training peak in a fresh process (see _probe); on CUDA the
     # caching allocator's peak of one step (Suite's default)
     cpu = device == "cpu"
+    # (not in --quick, which must stay well under a minute: each memory probe is a process)
+    low_sides = [] if suite.quick else ["rml_fast dpsgd low", "rml_fast dpsgd recompute"]
     mem = {side: _peak_training_mb(case["model"], side, suite.quick) if cpu else None
-           for side in ["non-private SGD", "rml_fast dpsgd", "rml_fast dpc4", *peers]}
+           for side in ["non-private SGD", "rml_fast dpsgd", "rml_fast dpc4", *low_sides, *peers]}
 
     def compare(row_case: dict[str, Any], ours: Callable[[], Any], peer: Callable[[], Any],
                 ours_side: str, peer_side: str) -> None:
@@ -281,6 +283,17 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                     "rml_fast dpsgd", "opacus hooks")
             compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
                     "rml_fast dpsgd", "opacus ghost")
+    # the low-memory modes (two backwards, like Opacus ghost) against non-private training,
+    # whose memory they match, and against Opacus ghost
+    for side in low_sides:
+        mine = _SIDES[side](copy.deepcopy(model), x, y)
+        row_case = {**case, "ours": side.removeprefix("rml_fast ")}
+        compare(row_case, mine, _nonprivate(copy.deepcopy(model), x, y), side, "non-private SGD")
+        if peers:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compare(row_case, mine, _opacus_ghost(copy.deepcopy(model), x, y),
+                        side, "opacus ghost")
 
 
 _SIDES.update({
