@@ -395,3 +395,21 @@ def test_memory_modes_give_the_same_update(dtype: torch.dtype, algorithm: str,
         assert float((got - fast).norm() / fast.norm()) < tol, memory
         np.testing.assert_allclose(thr, fast_thr, rtol=tol)
         assert torch.equal(rng, fast_rng)  # the torch RNG ends where the fast step leaves it
+
+
+def test_train_private_with_recompute_memory_equals_default() -> None:
+    """make_private_dpc4 + train_private with memory="recompute" (closure re-run for the
+    second backward, Poisson batches including empty ones) reach the default mode's model."""
+    torch.manual_seed(0)
+    X, y = torch.randn(60, 4, dtype=torch.float64), torch.randint(0, 2, (60,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=6)
+    finals = []
+    for memory in ("fast", "recompute"):
+        model, opt, private_loader = make_private_dpc4(
+            _mlp(), {"lr": 0.1, "seed": 0, "memory": memory}, loader, target_epsilon=3.0,
+            target_delta=1e-5, epochs=1, generator=torch.Generator().manual_seed(2))
+        train_private(model, opt, private_loader, lambda out, yb: nn.functional.cross_entropy(
+            out, yb, reduction="none"), epochs=1, delta=1e-5, progress=False)
+        finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        assert opt.steps == 10
+    torch.testing.assert_close(finals[1], finals[0], rtol=1e-12, atol=1e-12)
