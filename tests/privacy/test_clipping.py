@@ -443,3 +443,13 @@ def test_low_memory_bad_arguments() -> None:
             cp = engine.backward(model(x).squeeze(1))
         with pytest.raises(ValueError, match="reference"):
             engine.diff_norms(cp, cp)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["linear_seq", "conv_model", "seq_model"])
+def test_low_memory_mode_on_cuda(name: str) -> None:
+    model, x = _prep(name, torch.float32)
+    n_fast, g_fast = _low_and_fast_step(copy.deepcopy(model).cuda(), x.cuda(), "fast")
+    n_low, g_low = _low_and_fast_step(copy.deepcopy(model).cuda(), x.cuda(), "low")
+    torch.testing.assert_close(n_low, n_fast, rtol=1e-6, atol=0)
+    assert float((g_low - g_fast).norm() / g_fast.norm()) < 1e-5
