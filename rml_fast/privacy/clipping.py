@@ -808,13 +808,15 @@ def _segment_sq_norms(ids: torch.Tensor, D: torch.Tensor, vocab: int) -> torch.T
 LossFn = Callable[[nn.Module], torch.Tensor]
 
 
-def _one_pass(engine: ClippingEngine, model: nn.Module, loss_fn: LossFn) -> CapturedPass:
+def _one_pass(engine: ClippingEngine, model: nn.Module, loss_fn: LossFn,
+              **backward: Any) -> CapturedPass:
     with engine.record():
         losses = loss_fn(model)
-    return engine.backward(losses)
+    return engine.backward(losses, **backward)
 
 
-def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "auto") -> torch.Tensor:
+def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "auto",
+                          memory: str = "fast") -> torch.Tensor:
     """Per-sample gradient norms ``||grad_theta l_i(theta)||`` without per-sample gradients.
 
     Parameters
@@ -823,6 +825,9 @@ def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "aut
     loss_fn : callable
         ``loss_fn(model) -> losses`` of shape (B,): per-sample losses of one batch.
     mode : {"auto", "ghost", "instantiate"}, default="auto"
+    memory : {"fast", "low"}, default="fast"
+        ``"low"``: each layer's norm part is formed in a hook during the backward pass and
+        its output gradient dropped at once, the graph freed as a plain backward frees it.
 
     Returns
     -------
@@ -836,7 +841,9 @@ def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "aut
     >>> per_sample_grad_norms(model, lambda m: m(x).squeeze(1)).shape
     torch.Size([5])
     """
-    with ClippingEngine(model, mode=mode) as engine:
+    with ClippingEngine(model, mode=mode, memory=memory) as engine:
+        if memory == "low":
+            return engine.norms(_one_pass(engine, model, loss_fn, keep_graph=False))
         return engine.norms(_one_pass(engine, model, loss_fn))
 
 
@@ -862,17 +869,20 @@ def clip_and_accumulate(
     noise_std: float = 0.0,
     seed: int = 0,
     mode: str = "auto",
+    memory: str = "fast",
 ) -> torch.Tensor:
     """Write ``sum_i clip(g_i, C) + noise_std * z`` into ``.grad``; returns the norms (B,).
 
     ``clip(v, C) = v * min(1, C / ||v||)``; ``z`` is the Philox normal stream ``seed``.
+    ``memory="low"``: norms in backward hooks, the sum from a second backward (see
+    :class:`ClippingEngine`); the same result, less memory.
     """
     max_norm = float(check_scalar(max_norm, "max_norm", Interval("real", 0.0, None, "neither")))
-    with ClippingEngine(model, mode=mode) as engine:
+    with ClippingEngine(model, mode=mode, memory=memory) as engine:
         cp = _one_pass(engine, model, loss_fn)
         norms = engine.norms(cp)
         w = clip_factors(norms, max_norm)
-        engine.accumulate([(cp, w)], noise_std=noise_std, seed=seed)
+        engine.accumulate([(cp, w)], noise_std=noise_std, seed=seed, consume=True)
         return norms
 
 

@@ -121,18 +121,22 @@ def test_norms_match_brute_force(name: str, mode: str, dtype: torch.dtype) -> No
     norms = per_sample_grad_norms(model, lambda m: m(x), mode=mode)
     assert norms.dtype == torch.float64
     torch.testing.assert_close(norms, expected, rtol=_rtol(dtype), atol=0)
+    low = per_sample_grad_norms(model, lambda m: m(x), mode=mode, memory="low")
+    torch.testing.assert_close(low, expected, rtol=_rtol(dtype), atol=0)
 
 
+@pytest.mark.parametrize("memory", ["fast", "low"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mode", ["ghost", "instantiate"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_clip_and_accumulate_matches_brute_force(name: str, mode: str, dtype: torch.dtype) -> None:
+def test_clip_and_accumulate_matches_brute_force(name: str, mode: str, dtype: torch.dtype,
+                                                 memory: str) -> None:
     model, x = _prep(name, dtype)
     G = _per_sample_grads(model, x)
     norms = G.norm(dim=1)
     C = float(norms.median())
     expected = (G * (C / norms).clamp(max=1.0)[:, None]).sum(0)
-    clip_and_accumulate(model, lambda m: m(x), C, mode=mode)
+    clip_and_accumulate(model, lambda m: m(x), C, mode=mode, memory=memory)
     got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     assert got.dtype == dtype
     torch.testing.assert_close(got, expected, rtol=_rtol(dtype) * 10, atol=_rtol(dtype) * 10)
