@@ -413,3 +413,18 @@ def test_train_private_with_recompute_memory_equals_default() -> None:
         finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
         assert opt.steps == 10
     torch.testing.assert_close(finals[1], finals[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", ["dpc4", "dpsgd"])
+def test_memory_modes_with_an_empty_batch(algorithm: str) -> None:
+    """An empty Poisson batch releases noise only, the same in every memory mode."""
+    finals = []
+    for memory in ("fast", "low", "recompute"):
+        model = _mlp()
+        opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
+                            algorithm=algorithm, memory=memory, seed=0)
+        for (x, y), keep in zip(_batches(3, B=4), (4, 0, 4), strict=True):
+            opt.step(lambda m, x=x[:keep], y=y[:keep]: _losses(m, x, y))
+        finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    for other in finals[1:]:
+        torch.testing.assert_close(other, finals[0], rtol=1e-12, atol=1e-12)
