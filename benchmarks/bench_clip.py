@@ -16,7 +16,10 @@ CUDA machine every case also runs on the GPU.
 CPU memory columns: the training peak each side adds on top of the model and the batch,
 measured in a fresh process per side (:func:`_probe`). ``python benchmarks/bench_clip.py
 --interleaved`` prints best-of-N step times with the sides run in turn (robust to load on a
-shared machine; :func:`interleaved`).
+shared machine; :func:`interleaved`; options in :func:`_cli_interleaved`). Sides ``rml_fast
+dpsgd low`` / ``recompute`` are the low-memory modes (``DPC4Optimizer(memory=...)``). The
+spec's larger cases (ResNet-18 with GroupNorm at 32x32, B=128; a GPT-2-small-sized block,
+d=768, S=128, B=8 and S=512, B=4) are opt-in: ``--large`` / ``RML_FAST_BENCH_LARGE=1``.
 """
 
 from __future__ import annotations
@@ -70,9 +73,50 @@ class EmbedBag(nn.Module):
         return self.fc(self.emb(ids).mean(1))
 
 
+class BasicBlock(nn.Module):
+    """ResNet basic block with GroupNorm (BatchNorm couples the samples of a batch, so
+    private training replaces it, as Opacus does)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.gn1 = nn.GroupNorm(32, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.gn2 = nn.GroupNorm(32, cout)
+        self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.GroupNorm(32, cout))
+                      if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.gn1(self.conv1(x)))
+        return torch.relu(self.gn2(self.conv2(h)) + self.short(x))
+
+
+def resnet18_gn(classes: int = 10) -> nn.Module:
+    """ResNet-18 for 32x32 inputs (CIFAR stem: one 3x3 conv, no max-pool), GroupNorm."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.GroupNorm(32, 64), nn.ReLU()]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
+    return nn.Sequential(*layers)
+
+
+# The spec's larger cases (specs/privacy.md 2.6), opt-in (seconds per step on two cores):
+# ``--large`` for --interleaved, RML_FAST_BENCH_LARGE=1 for the harness.
+LARGE = ["resnet18", "gpt2_block", "gpt2_block_s512"]
+
+
 def _case(name: str, quick: bool) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    if name == "mlp":
+    if name == "resnet18":
+        model, B = resnet18_gn(), 128
+        x = torch.randn(B, 3, 32, 32)
+    elif name.startswith("gpt2_block"):  # GPT-2-small-sized block: d = 768, 12 heads
+        S = 512 if name.endswith("s512") else 128
+        model, B = Block(768, heads=12), 8 if S == 128 else 4
+        x = torch.randn(B, S, 768)
+    elif name == "mlp":
         d, B = (256, 64) if quick else (1024, 256)
         model = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d), nn.ReLU(), nn.Linear(d, 2))
         x = torch.randn(B, d)
@@ -93,9 +137,9 @@ def _case(name: str, quick: bool) -> tuple[nn.Module, torch.Tensor, torch.Tensor
 
 
 def _ours(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-          algorithm: str = "dpsgd") -> Callable[[], Any]:
+          algorithm: str = "dpsgd", memory: str = "fast") -> Callable[[], Any]:
     opt = DPC4Optimizer(model, lr=LR, noise_multiplier=SIGMA, expected_batch_size=x.shape[0],
-                        anchor_clip=C, algorithm=algorithm, seed=0)
+                        anchor_clip=C, algorithm=algorithm, memory=memory, seed=0)
     step = lambda: opt.step(  # noqa: E731
         lambda: nn.functional.cross_entropy(model(x), y, reduction="none"))
     if algorithm == "dpc4":
@@ -213,8 +257,10 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     # CPU memory: each side's training peak in a fresh process (see _probe); on CUDA the
     # caching allocator's peak of one step (Suite's default)
     cpu = device == "cpu"
+    # (not in --quick, which must stay well under a minute: each memory probe is a process)
+    low_sides = [] if suite.quick else ["rml_fast dpsgd low", "rml_fast dpsgd recompute"]
     mem = {side: _peak_training_mb(case["model"], side, suite.quick) if cpu else None
-           for side in ["non-private SGD", "rml_fast dpsgd", "rml_fast dpc4", *peers]}
+           for side in ["non-private SGD", "rml_fast dpsgd", "rml_fast dpc4", *low_sides, *peers]}
 
     def compare(row_case: dict[str, Any], ours: Callable[[], Any], peer: Callable[[], Any],
                 ours_side: str, peer_side: str) -> None:
@@ -237,11 +283,25 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                     "rml_fast dpsgd", "opacus hooks")
             compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
                     "rml_fast dpsgd", "opacus ghost")
+    # the low-memory modes (two backwards, like Opacus ghost) against non-private training,
+    # whose memory they match, and against Opacus ghost
+    for side in low_sides:
+        mine = _SIDES[side](copy.deepcopy(model), x, y)
+        row_case = {**case, "ours": side.removeprefix("rml_fast ")}
+        compare(row_case, mine, _nonprivate(copy.deepcopy(model), x, y), side, "non-private SGD")
+        if peers:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compare(row_case, mine, _opacus_ghost(copy.deepcopy(model), x, y),
+                        side, "opacus ghost")
 
 
 _SIDES.update({
     "rml_fast dpsgd": _ours,
     "rml_fast dpc4": lambda m, x, y: _ours(m, x, y, "dpc4"),
+    "rml_fast dpsgd low": lambda m, x, y: _ours(m, x, y, memory="low"),
+    "rml_fast dpc4 low": lambda m, x, y: _ours(m, x, y, "dpc4", memory="low"),
+    "rml_fast dpsgd recompute": lambda m, x, y: _ours(m, x, y, memory="recompute"),
     "non-private SGD": _nonprivate,
     "opacus hooks": _opacus_hooks,
     "opacus ghost": _opacus_ghost,
@@ -250,6 +310,8 @@ _SIDES.update({
 
 def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
     names = ["mlp"] if quick else ["mlp", "cnn", "transformer", "embedding"]
+    if not quick and os.environ.get("RML_FAST_BENCH_LARGE") == "1":
+        names += LARGE
     cases: list[dict[str, Any]] = [{"model": n} for n in names]
     if torch.cuda.is_available():  # the GPU section: the same cases on CUDA (Triton kernels)
         cases += [{"model": n, "device": "cuda"} for n in names]
@@ -289,12 +351,33 @@ def interleaved(names: list[str], *, rounds: int = 7, quick: bool = False,
     return rows
 
 
+def _cli_interleaved(argv: list[str]) -> None:
+    """``--interleaved [--quick] [--large] [--cases a,b] [--sides s1,s2] [--rounds N]
+    [--memory]``: best-of-N interleaved step times (and, with --memory, the fresh-process
+    peak of each side)."""
+
+    def opt(name: str) -> str | None:
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    quick = "--quick" in argv
+    names = ["mlp"] if quick else ["mlp", "cnn", "transformer", "embedding"]
+    if "--large" in argv:
+        names = LARGE
+    if opt("--cases"):
+        names = opt("--cases").split(",")  # type: ignore[union-attr]
+    kwargs: dict[str, Any] = {"quick": quick, "rounds": int(opt("--rounds") or 7)}
+    if opt("--sides"):
+        kwargs["sides"] = tuple(opt("--sides").split(","))  # type: ignore[union-attr]
+    for name in names:
+        row = interleaved([name], **kwargs)[0]
+        if "--memory" in argv:
+            row["peak_mb"] = {s: _peak_training_mb(name, s, quick) for s in row["best_s"]}
+        print(json.dumps(row), flush=True)
+
+
 if __name__ == "__main__":
     if "--interleaved" in sys.argv:  # python benchmarks/bench_clip.py --interleaved [--quick]
-        quick = "--quick" in sys.argv
-        for row in interleaved(["mlp"] if quick else ["mlp", "cnn", "transformer", "embedding"],
-                               quick=quick):
-            print(json.dumps(row))
+        _cli_interleaved(sys.argv[1:])
         raise SystemExit(0)
     from run_all import main
 

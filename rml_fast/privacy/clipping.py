@@ -21,6 +21,8 @@ Runtime state lives in a :class:`ClippingEngine`, never on the parameters.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +54,14 @@ __all__ = [
 ]
 
 MODES = ("auto", "ghost", "instantiate")
+MEMORY_MODES = ("fast", "low")
+# conv per-sample gradients (both modes) and, in the low-memory mode, im2col copies are
+# formed for a chunk of samples of at most about _LOW_SCRATCH elements at a time; low-memory
+# ghost Grams take _LOW_GRAM entries per chunk (each also copied to float64), and its noise
+# is drawn _LOW_NOISE numbers at a time
+_LOW_SCRATCH = 1 << 20
+_LOW_GRAM = 1 << 16
+_LOW_NOISE = 1 << 16
 
 
 @dataclass
@@ -68,14 +78,27 @@ class CapturedPass:
     batch_size: int
     forms: list[tuple[str, list[Form]]] = field(default_factory=list)
     params: list[nn.Parameter] = field(default_factory=list)
+    # memory="low": the per-sample losses whose graph is kept for the second backward, the
+    # squared norms (and coupled squared norms) found by the first one, and a context under
+    # which the second backward must run (DP-C4 swaps x_{t-1} into the model)
+    losses: torch.Tensor | None = None
+    sq_norms: torch.Tensor | None = None
+    diff_sq_norms: torch.Tensor | None = None
+    context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+    # memory="low" with keep_graph=False: re-runs the forward pass (same batch, same
+    # randomness) and returns the per-sample losses for the second backward
+    rerun: Callable[[], torch.Tensor] | None = None
 
 
 @dataclass
 class _Record:
     module: nn.Module
     x: torch.Tensor
-    out: torch.Tensor
+    out: weakref.ref[torch.Tensor]  # not kept alive: a plain backward frees most outputs
     version: int
+    edge: Any  # torch.autograd.graph.GradientEdge of the output
+    shape: torch.Size
+    dtype: torch.dtype
 
 
 class ClippingEngine:
@@ -93,6 +116,15 @@ class ClippingEngine:
     backend : {"auto", "native", "triton", "reference"}, default="auto"
         Kernel backend of :mod:`rml_fast.kernels.clip`.
     rules : LayerRules, default=LAYER_RULES
+    memory : {"fast", "low"}, default="fast"
+        ``"fast"`` (book-keeping): one backward w.r.t. the layer outputs keeps every
+        layer's output gradient until all per-sample norms are known, then one row-scaled
+        GEMM per layer writes the clipped sum (no second backward; more memory).
+        ``"low"``: the first backward (graph kept) computes each layer's norm contribution
+        in a hook on its output and drops the output gradient at once; :meth:`accumulate`
+        then runs a second backward of ``sum_i w_i loss_i`` into ``.grad`` and adds the
+        noise in bounded chunks. The same update as ``"fast"`` (to rounding), peak memory
+        close to a non-private step, one more backward pass of time.
 
     Raises
     ------
@@ -121,12 +153,15 @@ class ClippingEngine:
         mode: str = "auto",
         backend: str = "auto",
         rules: LayerRules = LAYER_RULES,
+        memory: str = "fast",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        self.mode, self.backend, self.rules = mode, backend, rules
+        if memory not in MEMORY_MODES:
+            raise ValueError(f"memory must be one of {MEMORY_MODES}, got {memory!r}")
+        self.mode, self.backend, self.rules, self.memory = mode, backend, rules, memory
         self.layers: list[tuple[str, nn.Module]] = []
         self.params: list[nn.Parameter] = []
         owner: dict[int, str] = {}
@@ -149,6 +184,7 @@ class ClippingEngine:
         self._index = {id(m): i for i, (_, m) in enumerate(self.layers)}
         self._records: dict[int, _Record] = {}
         self._recording = False
+        self._low: dict[str, Any] | None = None
         self._handles = [m.register_forward_hook(self._hook) for _, m in self.layers]
 
     # -- hooks ---------------------------------------------------------------------------
@@ -164,7 +200,17 @@ class ClippingEngine:
             )
         if not isinstance(output, torch.Tensor):
             raise UnsupportedLayerError(f"layer {self.layers[i][0]!r} returned a non-tensor")
-        self._records[i] = _Record(module, inputs[0].detach(), output, output._version)
+        if not output.requires_grad:
+            return  # no gradient reaches this layer in this pass (its norm part is 0)
+        from torch.autograd.graph import get_gradient_edge
+
+        rec = _Record(module, inputs[0].detach(), weakref.ref(output), output._version,
+                      get_gradient_edge(output), output.shape, output.dtype)
+        self._records[i] = rec
+        if self.memory == "low":
+            # on the output's grad_fn, so it fires after the output itself is freed; it is
+            # inert outside the first backward of a low-memory pass
+            output.register_hook(self._low_hook(i))
 
     @contextlib.contextmanager
     def record(self) -> Iterator[ClippingEngine]:
@@ -191,10 +237,28 @@ class ClippingEngine:
 
     # -- passes --------------------------------------------------------------------------
 
-    def backward(self, losses: torch.Tensor) -> CapturedPass:
+    def backward(
+        self,
+        losses: torch.Tensor,
+        *,
+        reference: CapturedPass | None = None,
+        store: bool = False,
+        keep_graph: bool = True,
+    ) -> CapturedPass:
         """Gradients of the per-sample ``losses`` (B,) w.r.t. the recorded layer outputs.
 
-        No parameter gradient is computed or written. The records are consumed.
+        No parameter gradient is written. The records are consumed.
+
+        With ``memory="fast"`` the returned pass holds every layer's forms (activations and
+        output gradients). With ``memory="low"`` the graph is kept for the second backward
+        of :meth:`accumulate` and the pass holds the squared per-sample norms instead (each
+        output gradient is dropped once its layer's norm part is added); ``reference``, a
+        stored pass over the same batch at other parameters, adds the coupled squared norms
+        ``||g_i - g_i(reference)||^2`` (its forms are dropped layer by layer);
+        ``store=True`` keeps the forms as ``"fast"`` does (and the graph), for use as a
+        ``reference``. ``keep_graph=False`` (low only) frees the graph in the first
+        backward as a plain backward does -- the lowest peak -- and the caller sets
+        ``rerun`` on the pass, a function re-running the forward pass for the second.
         """
         if not isinstance(losses, torch.Tensor) or losses.ndim != 1:
             raise ValueError(
@@ -204,26 +268,116 @@ class ClippingEngine:
         B = losses.shape[0]
         records = sorted(self._records.items())
         self._records = {}
+        low = self.memory == "low"
         if B == 0:
-            return CapturedPass(0, [], self.params)
-        for i, rec in records:
-            if rec.out._version != rec.version:
-                raise UnsupportedLayerError(
-                    f"the output of layer {self.layers[i][0]!r} was modified in place "
-                    "(e.g. ReLU(inplace=True)); use out-of-place operations"
-                )
-            if rec.x.shape[0] != B:
-                raise ValueError(
-                    f"layer {self.layers[i][0]!r} saw a batch of {rec.x.shape[0]} but losses "
-                    f"has {B} entries; the batch must be dimension 0"
-                )
-        outs = [rec.out for _, rec in records]
-        grads = torch.autograd.grad(losses.sum(), outs, allow_unused=True) if outs else []
-        cp = CapturedPass(B, [], self.params)
+            zero = torch.zeros(0, dtype=torch.float64, device=self.params[0].device)
+            return CapturedPass(0, [], self.params, sq_norms=zero if low else None,
+                                diff_sq_norms=zero if low and reference is not None else None)
+        self._check_records(records, B)  # (no loop variable left holding a record)
+        keep = low and keep_graph
+        if low and not store:
+            return self._backward_low(losses, records, reference, keep)
+        edges = [rec.edge for _, rec in records]
+        grads = (torch.autograd.grad(losses.sum(), edges, allow_unused=True, retain_graph=keep)
+                 if edges else [])
+        cp = CapturedPass(B, [], self.params, losses=losses if keep else None)
         for (i, rec), g in zip(records, grads, strict=True):
-            dy = torch.zeros_like(rec.out) if g is None else g.detach()
+            dy = self._zero_grad(rec) if g is None else g.detach()
             cp.forms.append((self.layers[i][0], self.rules.lookup(rec.module)(rec.module, rec.x, dy)))
         return cp
+
+    def _check_records(self, records: list[tuple[int, _Record]], B: int) -> None:
+        for i, rec in records:
+            self._check_record(i, rec, B)
+
+    def _check_record(self, i: int, rec: _Record, B: int) -> None:
+        out = rec.out()
+        if out is not None and out._version != rec.version:
+            raise UnsupportedLayerError(
+                f"the output of layer {self.layers[i][0]!r} was modified in place "
+                "(e.g. ReLU(inplace=True)); use out-of-place operations"
+            )
+        if rec.x.shape[0] != B:
+            raise ValueError(
+                f"layer {self.layers[i][0]!r} saw a batch of {rec.x.shape[0]} but losses "
+                f"has {B} entries; the batch must be dimension 0"
+            )
+
+    @staticmethod
+    def _zero_grad(rec: _Record) -> torch.Tensor:
+        return torch.zeros(rec.shape, dtype=rec.dtype, device=rec.x.device)
+
+    # -- low-memory mode -----------------------------------------------------------------
+
+    def _low_hook(self, i: int) -> Callable[[torch.Tensor], None]:
+        # The hook lives on the graph's node: it must not reference the record (whose
+        # GradientEdge holds that node), or the cycle through C++ would keep the graph's
+        # nodes and the recorded inputs alive after the second backward.
+        engine = weakref.ref(self)
+
+        def hook(grad: torch.Tensor) -> None:
+            self_ = engine()
+            state = None if self_ is None else self_._low
+            if state is not None and i in state["records"]:
+                # popped: the layer's input is released as soon as its part is added
+                self_._low_contribution(state, i, state["records"].pop(i), grad.detach())
+
+        return hook
+
+    def _low_contribution(self, state: dict[str, Any], i: int, rec: _Record,
+                          dy: torch.Tensor) -> None:
+        name = self.layers[i][0]
+        forms = self.rules.lookup(rec.module)(rec.module, rec.x, dy)
+        ref = state["reference"]
+        if ref is None:
+            for f in forms:
+                state["sq"] += self._sq_norm(f)
+            return
+        forms2 = ref.pop(name, None)
+        if forms2 is None or len(forms2) != len(forms):
+            raise ValueError(f"the reference pass differs at layer {name!r}")
+        for f, f2 in zip(forms, forms2, strict=True):
+            sq, diff = self._sq_and_diff(f, f2)
+            state["sq"] += sq
+            state["diff"] += diff
+
+    def _low_target(self, i: int, rec: _Record) -> Any:
+        module = self.layers[i][1]
+        small = min((p for p in module.parameters(recurse=False) if p.requires_grad),
+                    key=lambda p: p.numel())
+        return small if small.numel() <= rec.shape.numel() else rec.edge
+
+    def _backward_low(self, losses: torch.Tensor, records: list[tuple[int, _Record]],
+                      reference: CapturedPass | None, keep_graph: bool) -> CapturedPass:
+        B = losses.shape[0]
+        if reference is not None and reference.batch_size != B:
+            raise ValueError("the two passes must be over the same batch")
+        ref = None
+        if reference is not None:
+            ref = dict(reference.forms)
+            reference.forms = []  # consumed layer by layer by the hooks
+        sq, diff = self._zeros(B), self._zeros(B)
+        # one gradient target per layer that makes autograd run the layer's backward node
+        # (so the hook on its output fires) at the least cost: its smallest parameter
+        # (e.g. a bias: a sum) or, where that is larger, the output gradient itself
+        targets = [self._low_target(i, rec) for i, rec in records]
+        state = {"records": dict(records), "reference": ref, "sq": sq, "diff": diff}
+        records.clear()  # the state owns the records: each is dropped once its layer is done
+        self._low = state
+        try:
+            if targets:
+                torch.autograd.grad(losses.sum(), targets, allow_unused=True,
+                                    retain_graph=keep_graph)
+            while state["records"]:  # layers no gradient reached
+                i, rec = state["records"].popitem()
+                self._low_contribution(state, i, rec, self._zero_grad(rec))
+                del rec
+        finally:
+            self._low = None
+        if ref:
+            raise ValueError(f"the reference pass has layers {sorted(ref)} this pass has not")
+        return CapturedPass(B, [], self.params, losses=losses if keep_graph else None, sq_norms=sq,
+                            diff_sq_norms=diff if reference is not None else None)
 
     def _gemm_backend(self, A: torch.Tensor) -> str:
         # On CPU torch's BLAS (MKL/oneDNN) runs this GEMM faster than the SciPy BLAS the
@@ -238,6 +392,8 @@ class ClippingEngine:
         # On CPU, Grams from torch's batched GEMM beat the C++ float64 loops (transformer
         # block shapes: 3.4x at one thread, 1.7x at two; docs/privacy_training.md).
         if self.backend == "auto" and A.device.type == "cpu":
+            if self.memory == "low":
+                return kclip.ghost_norm_sq_blas(A, D, A2, D2, max_scratch=_LOW_GRAM)
             return kclip.ghost_norm_sq_blas(A, D, A2, D2)
         return kclip.ghost_norm_sq(A, D, A2, D2, backend=self.backend)
 
@@ -251,7 +407,9 @@ class ClippingEngine:
 
     def norms(self, cp: CapturedPass) -> torch.Tensor:
         """Per-sample gradient norms ``||g_i||`` over all parameters, shape (B,), float64."""
-        total = self._zeros(cp)
+        if cp.sq_norms is not None:
+            return cp.sq_norms.sqrt()
+        total = self._zeros(cp.batch_size)
         for _, forms in cp.forms:
             for f in forms:
                 total += self._sq_norm(f)
@@ -261,7 +419,12 @@ class ClippingEngine:
         """Coupled norms ``||g_i(x) - g_i(x')||`` from two passes on the same batch, (B,)."""
         if cp.batch_size != cp_prev.batch_size:
             raise ValueError("the two passes must be over the same batch")
-        total = self._zeros(cp)
+        if cp.diff_sq_norms is not None:
+            return cp.diff_sq_norms.clamp_min(0.0).sqrt()
+        if cp.sq_norms is not None:
+            raise ValueError("a low-memory pass has coupled norms only when its backward was "
+                             "given the other pass as reference")
+        total = self._zeros(cp.batch_size)
         for (name, forms), (name2, forms2) in zip(cp.forms, cp_prev.forms, strict=True):
             if name != name2 or len(forms) != len(forms2):
                 raise ValueError(f"passes differ at layer {name!r}/{name2!r}")
@@ -276,23 +439,34 @@ class ClippingEngine:
         per-sample gradients are instantiated forms them once for both (and drops them)."""
         if cp.batch_size != cp_prev.batch_size:
             raise ValueError("the two passes must be over the same batch")
-        total, diff = self._zeros(cp), self._zeros(cp)
+        if cp.sq_norms is not None:
+            return self.norms(cp), self.diff_norms(cp, cp_prev)
+        total, diff = self._zeros(cp.batch_size), self._zeros(cp.batch_size)
         for (name, forms), (name2, forms2) in zip(cp.forms, cp_prev.forms, strict=True):
             if name != name2 or len(forms) != len(forms2):
                 raise ValueError(f"passes differ at layer {name!r}/{name2!r}")
             for f, f2 in zip(forms, forms2, strict=True):
-                if isinstance(f, ConvForm) and isinstance(f2, ConvForm) and not self._conv_ghost(f):
-                    g, g2 = f.per_sample(), f2.per_sample()
-                    total += self._sq_norm(g)
-                    diff += self._diff_sq_norm(g, g2)
-                else:
-                    total += self._sq_norm(f)
-                    diff += self._diff_sq_norm(f, f2)
+                sq, d = self._sq_and_diff(f, f2)
+                total += sq
+                diff += d
         return total.sqrt(), diff.clamp_min(0.0).sqrt()
 
-    def _zeros(self, cp: CapturedPass) -> torch.Tensor:
+    def _sq_and_diff(self, f: Form, f2: Form) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(||G_i||^2, ||G_i - G2_i||^2)`` of one form pair (conv per-sample gradients
+        formed once for both)."""
+        if isinstance(f, ConvForm) and isinstance(f2, ConvForm) and not self._conv_ghost(f):
+            # a chunk of samples at a time: bounded per-sample-gradient scratch
+            return _cat_pairs(self._sq_and_diff_plain(a, b)
+                              for a, b in zip(_conv_chunks(f), _conv_chunks(f2), strict=True))
+        return self._sq_norm(f), self._diff_sq_norm(f, f2)
+
+    def _sq_and_diff_plain(self, f: ConvForm, f2: ConvForm) -> tuple[torch.Tensor, torch.Tensor]:
+        g, g2 = f.per_sample(), f2.per_sample()
+        return self._sq_norm(g), self._diff_sq_norm(g, g2)
+
+    def _zeros(self, batch_size: int) -> torch.Tensor:
         device = self.params[0].device
-        return torch.zeros(cp.batch_size, dtype=torch.float64, device=device)
+        return torch.zeros(batch_size, dtype=torch.float64, device=device)
 
     def _conv_ghost(self, f: ConvForm) -> bool:
         """Ghost norms (im2col + Grams) or per-sample gradients (batch-grouped conv)?
@@ -310,6 +484,12 @@ class ClippingEngine:
 
     def _sq_norm(self, f: Form) -> torch.Tensor:
         if isinstance(f, ConvForm):
+            if f.x.shape[0] > 1 and (self.memory == "low" or not self._conv_ghost(f)):
+                # bounded scratch: per-sample gradients (both modes) / im2col of a chunk of
+                # samples (low; "fast" keeps the whole unfolded input for the accumulate)
+                chunks = _conv_chunks(f)
+                if len(chunks) > 1:
+                    return torch.cat([self._sq_norm(c) for c in chunks])
             if self._conv_ghost(f):
                 return _sum(self._sq_norm(g) for g in f.gemm_forms())
             return _sample_sq(f.per_sample().grads.values())
@@ -327,6 +507,10 @@ class ClippingEngine:
 
     def _diff_sq_norm(self, f: Form, f2: Form) -> torch.Tensor:
         if isinstance(f, ConvForm) and isinstance(f2, ConvForm):
+            if f.x.shape[0] > 1 and (self.memory == "low" or not self._conv_ghost(f)):
+                chunks = list(zip(_conv_chunks(f), _conv_chunks(f2), strict=True))
+                if len(chunks) > 1:
+                    return torch.cat([self._diff_sq_norm(a, b) for a, b in chunks])
             if self._conv_ghost(f):
                 return _sum(self._diff_sq_norm(g, g2) for g, g2 in
                             zip(f.gemm_forms(), f2.gemm_forms(), strict=True))
@@ -380,7 +564,9 @@ class ClippingEngine:
         consume : bool, default=False
             Release each layer's stored activations and output gradients as soon as its sum
             is written (the passes are empty afterwards): the peak memory then falls as the
-            gradients grow, as in a plain backward pass.
+            gradients grow, as in a plain backward pass. With ``memory="low"`` the sums come
+            from a second backward of ``sum_i w_i loss_i`` through each pass's kept graph,
+            which ``consume=True`` frees (else the graph is kept for another call).
         """
         noise_std = float(check_scalar(noise_std, "noise_std", Interval("real", 0.0, None)))
         seed = int(check_scalar(seed, "seed", Interval("int", 0, MAX_COUNTER)))
@@ -394,8 +580,14 @@ class ClippingEngine:
                 raise ValueError(f"weights must have shape ({cp.batch_size},), got {tuple(w.shape)}")
             if [p.shape for p in cp.params] != [p.shape for p in self.params]:
                 raise ValueError("a pass comes from a model with different parameters")
+            if self.memory == "low" and cp.batch_size and cp.losses is None and cp.rerun is None:
+                raise ValueError("a pass of a low-memory engine has no kept graph (was it "
+                                 "already consumed?) and no rerun function")
         for p in self.params:  # free the previous gradients before building the new ones
             p.grad = None
+        if self.memory == "low":
+            self._accumulate_low(terms, noise_std, seed, offsets, consume)
+            return
         # unfused noise: each gradient starts as its noise (made when the parameter is first
         # reached) and the sums are added in place -- no gradient-sized temporaries
         prefill = noise_std > 0.0 and self._gemm_backend(self.params[0]) == "reference"
@@ -418,6 +610,42 @@ class ClippingEngine:
             if noise_std > 0.0 and k not in noised:
                 g.add_(_philox_normal(p.numel(), seed, offsets[k], p).view(p.shape), alpha=noise_std)
             p.grad = g
+
+    def _accumulate_low(self, terms: Sequence[tuple[CapturedPass, torch.Tensor]],
+                        noise_std: float, seed: int, offsets: list[int], consume: bool) -> None:
+        for cp, w in terms:
+            if cp.batch_size == 0:
+                continue
+            ctx = cp.context() if cp.context is not None else contextlib.nullcontext()
+            with ctx:
+                losses = cp.losses
+                if losses is None:
+                    with torch.enable_grad():
+                        losses = cp.rerun()  # type: ignore[misc]
+                    if losses.shape != (cp.batch_size,):
+                        raise ValueError("rerun must return the per-sample losses of the batch")
+                torch.autograd.backward(losses, w.to(losses.dtype), inputs=cp.params,
+                                        retain_graph=not consume and cp.losses is not None)
+                del losses
+            if consume:
+                cp.losses, cp.forms, cp.rerun = None, [], None
+            if cp.params is not self.params:  # a shadow model's pass: move its sums over
+                for p, q in zip(self.params, cp.params, strict=True):
+                    if q.grad is not None:
+                        p.grad = q.grad if p.grad is None else p.grad.add_(q.grad)
+                        q.grad = None
+        for k, p in enumerate(self.params):
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            elif not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            if noise_std > 0.0:  # in bounded chunks of the Philox stream, in place
+                flat = p.grad.view(-1)
+                # (larger chunks on an accelerator: one kernel launch each)
+                step = _LOW_NOISE if flat.device.type == "cpu" else 64 * _LOW_NOISE
+                for a in range(0, flat.numel(), step):
+                    b = min(a + step, flat.numel())
+                    flat[a:b].add_(_philox_normal(b - a, seed, offsets[k] + a, p), alpha=noise_std)
 
     def _accumulate_form(
         self,
@@ -526,6 +754,23 @@ def _philox_normal(n: int, seed: int, offset: int, like: torch.Tensor) -> torch.
     return normal(n, seed, offset, device=device).to(like.dtype)
 
 
+def _conv_chunks(f: ConvForm) -> list[ConvForm]:
+    """``f`` split along the batch so that a chunk's per-sample gradients and im2col copy
+    hold at most about ``_LOW_SCRATCH`` elements each."""
+    B = f.x.shape[0]
+    per_sample = max(f.weight.numel(), f.positions * f.fan_in * f.groups)
+    n = max(1, _LOW_SCRATCH // max(per_sample, 1))
+    if n >= B:
+        return [f]
+    return [dataclasses.replace(f, x=f.x[a:a + n], dy=f.dy[a:a + n], _gemm=None)
+            for a in range(0, B, n)]
+
+
+def _cat_pairs(pairs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    first, second = zip(*pairs, strict=True)
+    return torch.cat(first), torch.cat(second)
+
+
 def _sum(terms: Any) -> torch.Tensor:
     out: torch.Tensor | None = None
     for t in terms:
@@ -563,13 +808,15 @@ def _segment_sq_norms(ids: torch.Tensor, D: torch.Tensor, vocab: int) -> torch.T
 LossFn = Callable[[nn.Module], torch.Tensor]
 
 
-def _one_pass(engine: ClippingEngine, model: nn.Module, loss_fn: LossFn) -> CapturedPass:
+def _one_pass(engine: ClippingEngine, model: nn.Module, loss_fn: LossFn,
+              **backward: Any) -> CapturedPass:
     with engine.record():
         losses = loss_fn(model)
-    return engine.backward(losses)
+    return engine.backward(losses, **backward)
 
 
-def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "auto") -> torch.Tensor:
+def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "auto",
+                          memory: str = "fast") -> torch.Tensor:
     """Per-sample gradient norms ``||grad_theta l_i(theta)||`` without per-sample gradients.
 
     Parameters
@@ -578,6 +825,9 @@ def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "aut
     loss_fn : callable
         ``loss_fn(model) -> losses`` of shape (B,): per-sample losses of one batch.
     mode : {"auto", "ghost", "instantiate"}, default="auto"
+    memory : {"fast", "low"}, default="fast"
+        ``"low"``: each layer's norm part is formed in a hook during the backward pass and
+        its output gradient dropped at once, the graph freed as a plain backward frees it.
 
     Returns
     -------
@@ -591,7 +841,9 @@ def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "aut
     >>> per_sample_grad_norms(model, lambda m: m(x).squeeze(1)).shape
     torch.Size([5])
     """
-    with ClippingEngine(model, mode=mode) as engine:
+    with ClippingEngine(model, mode=mode, memory=memory) as engine:
+        if memory == "low":
+            return engine.norms(_one_pass(engine, model, loss_fn, keep_graph=False))
         return engine.norms(_one_pass(engine, model, loss_fn))
 
 
@@ -617,17 +869,20 @@ def clip_and_accumulate(
     noise_std: float = 0.0,
     seed: int = 0,
     mode: str = "auto",
+    memory: str = "fast",
 ) -> torch.Tensor:
     """Write ``sum_i clip(g_i, C) + noise_std * z`` into ``.grad``; returns the norms (B,).
 
     ``clip(v, C) = v * min(1, C / ||v||)``; ``z`` is the Philox normal stream ``seed``.
+    ``memory="low"``: norms in backward hooks, the sum from a second backward (see
+    :class:`ClippingEngine`); the same result, less memory.
     """
     max_norm = float(check_scalar(max_norm, "max_norm", Interval("real", 0.0, None, "neither")))
-    with ClippingEngine(model, mode=mode) as engine:
+    with ClippingEngine(model, mode=mode, memory=memory) as engine:
         cp = _one_pass(engine, model, loss_fn)
         norms = engine.norms(cp)
         w = clip_factors(norms, max_norm)
-        engine.accumulate([(cp, w)], noise_std=noise_std, seed=seed)
+        engine.accumulate([(cp, w)], noise_std=noise_std, seed=seed, consume=True)
         return norms
 
 

@@ -52,6 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 ALGORITHMS = ("dpc4", "dpsgd")
+MEMORY_MODES = ("fast", "low", "recompute")
 _POS = Interval("real", 0.0, None, "neither")
 _NONNEG = Interval("real", 0.0, None, "left")
 _FRACTION = Interval("real", 0.0, 1.0, "neither")
@@ -205,6 +206,17 @@ class DPC4Optimizer(torch.optim.Optimizer):
         pass; False keeps a full shadow model at ``x_{t-1}`` (no parameter swapping).
     clipping_mode : {"auto", "ghost", "instantiate"}, default="auto"
     backend : {"auto", "native", "triton", "reference"}, default="auto"
+    memory : {"fast", "low", "recompute"}, default="fast"
+        How the clipped sums are formed (:class:`~rml_fast.privacy.clipping.ClippingEngine`):
+        ``"fast"`` keeps every layer's output gradient until the norms are known and writes
+        the sums with one GEMM per layer (one backward); ``"low"`` drops each output gradient
+        once its norm part is added and gets the sums from a second backward of
+        ``sum_i w_i loss_i`` (peak memory close to non-private training, one more backward
+        of time; the first backward keeps the graph). ``"recompute"``: as ``"low"``, but the
+        first backward frees the graph as a plain one does and the second re-runs the
+        closure (the same randomness replayed): the lowest peak, one more forward pass of
+        time. The same update in every mode (to rounding). For DP-C4 the pass at
+        ``x_{t-1}`` keeps its output gradients until the pass at ``x_t`` has used them.
     seed : int, numpy Generator or None, default=None
         Key of the Philox noise stream.
 
@@ -254,6 +266,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
         memory_efficient: bool = True,
         clipping_mode: str = "auto",
         backend: str = "auto",
+        memory: str = "fast",
         seed: Any = None,
     ) -> None:
         if not isinstance(module, nn.Module):
@@ -291,7 +304,11 @@ class DPC4Optimizer(torch.optim.Optimizer):
             raise TypeError(f"memory_efficient must be a bool, got {memory_efficient!r}")
         self.algorithm, self.memory_efficient = algorithm, memory_efficient
         self.module = module
-        self.engine = ClippingEngine(module, mode=clipping_mode, backend=backend)
+        if memory not in MEMORY_MODES:
+            raise ValueError(f"memory must be one of {MEMORY_MODES}, got {memory!r}")
+        self.memory = memory
+        self.engine = ClippingEngine(module, mode=clipping_mode, backend=backend,
+                                     memory="fast" if memory == "fast" else "low")
         self.seed = seed_from_rng(seed)
         super().__init__(self.engine.params, {"lr": self.lr0})
         self.steps = 0
@@ -332,13 +349,42 @@ class DPC4Optimizer(torch.optim.Optimizer):
     # -- the step ------------------------------------------------------------------------
 
     def _pass(self, engine: ClippingEngine, closure: Callable[..., torch.Tensor],
-              model: nn.Module) -> Any:
+              model: nn.Module, **backward: Any) -> Any:
         with torch.enable_grad():
             with engine.record():
                 losses = closure(model) if _takes_model(closure) else closure()
-            return engine.backward(losses)
+            return engine.backward(losses, **backward)
 
-    def _previous_pass(self, closure: Callable[..., torch.Tensor]) -> Any:
+    @staticmethod
+    def _rerun(closure: Callable[..., torch.Tensor], model: nn.Module,
+               rng_state: tuple[torch.Tensor, list[torch.Tensor]]) -> Callable[[], torch.Tensor]:
+        def rerun() -> torch.Tensor:
+            _set_rng_state(rng_state)
+            return closure(model) if _takes_model(closure) else closure()
+
+        return rerun
+
+    def _swapped(self) -> Any:
+        """A context under which the model's parameters hold ``x_{t-1}`` (storage swap)."""
+        import contextlib
+
+        params, prev = self.engine.params, self._x_prev
+        assert prev is not None
+
+        @contextlib.contextmanager
+        def ctx() -> Iterator[None]:
+            current = [p.data for p in params]
+            for p, q in zip(params, prev, strict=True):
+                p.data = q
+            try:
+                yield
+            finally:
+                for p, q in zip(params, current, strict=True):
+                    p.data = q
+
+        return ctx
+
+    def _previous_pass(self, closure: Callable[..., torch.Tensor], **backward: Any) -> Any:
         """The pass at ``x_{t-1}`` on the same batch."""
         assert self._x_prev is not None
         if not self.memory_efficient:
@@ -352,22 +398,19 @@ class DPC4Optimizer(torch.optim.Optimizer):
 
                 shadow = copy.deepcopy(self.module)
                 self._shadow = (shadow, ClippingEngine(
-                    shadow, mode=self.engine.mode, backend=self.engine.backend))
+                    shadow, mode=self.engine.mode, backend=self.engine.backend,
+                    memory=self.engine.memory))
             shadow, engine = self._shadow
             with torch.no_grad():
                 for p, q in zip(engine.params, self._x_prev, strict=True):
                     p.copy_(q)
-            return self._pass(engine, closure, shadow)
-        params = self.engine.params
+            return self._pass(engine, closure, shadow, **backward)
         # swap the storages (no copy of x_t): the parameters hold x_{t-1} for this pass
-        current = [p.data for p in params]
-        for p, q in zip(params, self._x_prev, strict=True):
-            p.data = q
-        try:
-            return self._pass(self.engine, closure, self.module)
-        finally:
-            for p, q in zip(params, current, strict=True):
-                p.data = q
+        swapped = self._swapped()
+        with swapped():
+            cp = self._pass(self.engine, closure, self.module, **backward)
+        cp.context = swapped  # a low-memory pass's second backward runs at x_{t-1} too
+        return cp
 
     @torch.no_grad()
     def step(self, closure: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:  # type: ignore[override]
@@ -384,9 +427,20 @@ class DPC4Optimizer(torch.optim.Optimizer):
         for p in params:  # the previous step's output is not needed: free it before the passes
             p.grad = None
         rng_state = _rng_state()  # both passes see the same randomness (e.g. dropout masks)
-        cp = self._pass(self.engine, closure, self.module)
         cp_prev = None
-        if beta < 1.0:
+        keep = {} if self.memory != "recompute" else {"keep_graph": False}
+        if beta < 1.0 and self.engine.memory == "low":
+            # the pass at x_{t-1} first, its output gradients kept; the pass at x_t then adds
+            # each layer's norm and coupled-norm parts in its backward hooks and drops both
+            try:
+                cp_prev = self._previous_pass(closure, store=True, **keep)
+            finally:
+                _set_rng_state(rng_state)
+            cp = self._pass(self.engine, closure, self.module, reference=cp_prev, **keep)
+            norms, diffs = self.engine.norms_and_diff_norms(cp, cp_prev)
+        else:
+            cp = self._pass(self.engine, closure, self.module, **keep)
+        if beta < 1.0 and cp_prev is None:
             after = _rng_state()
             _set_rng_state(rng_state)
             try:
@@ -395,8 +449,14 @@ class DPC4Optimizer(torch.optim.Optimizer):
                 _set_rng_state(after)
             # one walk over the layers: per-sample gradients instantiated once for both
             norms, diffs = self.engine.norms_and_diff_norms(cp, cp_prev)
-        else:
+        elif cp_prev is None:
             norms = self.engine.norms(cp)
+        if self.memory == "recompute":  # the second backward re-runs the forward passes
+            after = _rng_state()
+            cp.rerun = self._rerun(closure, self.module, rng_state)
+            if cp_prev is not None:
+                shadow = self._shadow[0] if self._shadow is not None else self.module
+                cp_prev.rerun = self._rerun(closure, shadow, rng_state)
         anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
         w_anchor = clip_factors(norms, anchor_clip)
         offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
@@ -418,6 +478,8 @@ class DPC4Optimizer(torch.optim.Optimizer):
                 [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
                 noise_std=std / Bexp, seed=self.seed, offset=offset, consume=True,
             )
+        if self.memory == "recompute":
+            _set_rng_state(after)
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:
                 if self.weight_decay != 0.0:
@@ -430,7 +492,11 @@ class DPC4Optimizer(torch.optim.Optimizer):
             for v, p in zip(self._v, params, strict=True):
                 v.mul_(1 - beta).add_(p.grad)
                 p.grad.copy_(v)
-            self._x_prev = [p.detach().clone() for p in params]
+            if self._x_prev is None:
+                self._x_prev = [p.detach().clone() for p in params]
+            else:  # in place: no second copy of the parameters alive at once
+                for q, p in zip(self._x_prev, params, strict=True):
+                    q.copy_(p)
             move_sq = 0.0
             for v, p in zip(self._v, params, strict=True):
                 direction = v if self.weight_decay == 0.0 else v + self.weight_decay * p

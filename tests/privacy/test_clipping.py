@@ -121,18 +121,22 @@ def test_norms_match_brute_force(name: str, mode: str, dtype: torch.dtype) -> No
     norms = per_sample_grad_norms(model, lambda m: m(x), mode=mode)
     assert norms.dtype == torch.float64
     torch.testing.assert_close(norms, expected, rtol=_rtol(dtype), atol=0)
+    low = per_sample_grad_norms(model, lambda m: m(x), mode=mode, memory="low")
+    torch.testing.assert_close(low, expected, rtol=_rtol(dtype), atol=0)
 
 
+@pytest.mark.parametrize("memory", ["fast", "low"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mode", ["ghost", "instantiate"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_clip_and_accumulate_matches_brute_force(name: str, mode: str, dtype: torch.dtype) -> None:
+def test_clip_and_accumulate_matches_brute_force(name: str, mode: str, dtype: torch.dtype,
+                                                 memory: str) -> None:
     model, x = _prep(name, dtype)
     G = _per_sample_grads(model, x)
     norms = G.norm(dim=1)
     C = float(norms.median())
     expected = (G * (C / norms).clamp(max=1.0)[:, None]).sum(0)
-    clip_and_accumulate(model, lambda m: m(x), C, mode=mode)
+    clip_and_accumulate(model, lambda m: m(x), C, mode=mode, memory=memory)
     got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     assert got.dtype == dtype
     torch.testing.assert_close(got, expected, rtol=_rtol(dtype) * 10, atol=_rtol(dtype) * 10)
@@ -335,3 +339,121 @@ def test_norms_and_diff_norms_in_one_walk(mode: str) -> None:
         torch.testing.assert_close(diffs, e1.diff_norms(cp, cp2), rtol=1e-10, atol=0)
     expected = (_per_sample_grads(model, x) - _per_sample_grads(prev, x)).norm(dim=1)
     torch.testing.assert_close(diffs, expected, rtol=1e-9, atol=0)
+
+
+# --- memory="low": norms in backward hooks, sums from a second backward --------------------
+
+
+def _low_and_fast_step(model: nn.Module, x: torch.Tensor, memory: str, keep_graph: bool = True,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    from rml_fast.privacy.clipping import clip_factors
+
+    with ClippingEngine(model, memory=memory) as engine:
+        with engine.record():
+            losses = model(x)
+        if memory == "low" and not keep_graph:
+            cp = engine.backward(losses, keep_graph=False)
+            cp.rerun = lambda: model(x)
+        else:
+            cp = engine.backward(losses)
+        del losses
+        norms = engine.norms(cp)
+        w = clip_factors(norms, float(norms.median()))
+        engine.accumulate([(cp, w)], noise_std=0.3, seed=11, offset=4, consume=True)
+    return norms, torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+@pytest.mark.parametrize("keep_graph", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_low_memory_mode_gives_the_fast_mode_update(name: str, dtype: torch.dtype,
+                                                    keep_graph: bool) -> None:
+    """The same norms and noisy clipped sum (to 1e-6 relative) from two backwards."""
+    model, x = _prep(name, dtype)
+    n_fast, g_fast = _low_and_fast_step(copy.deepcopy(model), x, "fast")
+    n_low, g_low = _low_and_fast_step(copy.deepcopy(model), x, "low", keep_graph)
+    assert g_low.dtype == dtype
+    torch.testing.assert_close(n_low, n_fast, rtol=1e-12, atol=0)
+    assert float((g_low - g_fast).norm() / g_fast.norm()) < (1e-6 if dtype == torch.float32 else 1e-13)
+    expected = _per_sample_grads(model, x).double().norm(dim=1)
+    torch.testing.assert_close(n_low, expected, rtol=_rtol(dtype), atol=0)
+
+
+@pytest.mark.parametrize("name", ["conv_model", "conv2d_stride", "conv1d_groups", "seq_model"])
+@pytest.mark.parametrize("mode", ["ghost", "instantiate"])
+def test_low_memory_coupled_norms_and_chunked_convs(name: str, mode: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Coupled norms from the hooks of the pass at x against a stored pass at x', with conv
+    per-sample work forced into chunks of one or two samples; the two-pass sum."""
+    from rml_fast.kernels.random import normal_reference
+    from rml_fast.privacy import clipping
+
+    monkeypatch.setattr(clipping, "_LOW_SCRATCH", 60)
+    model, x = _prep(name, torch.float64)
+    prev = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in prev.parameters():
+            p.mul_(0.9)
+    G, G2 = _per_sample_grads(model, x), _per_sample_grads(prev, x)
+    w = torch.linspace(0.1, 1.0, B, dtype=torch.float64)
+    w2 = -torch.linspace(1.0, 0.2, B, dtype=torch.float64)
+    with ClippingEngine(model, mode=mode, memory="low") as e1, \
+            ClippingEngine(prev, mode=mode, memory="low") as e2:
+        with e2.record():
+            cp2 = e2.backward(prev(x), store=True)
+        with e1.record():
+            cp = e1.backward(model(x), reference=cp2)
+        assert not cp.forms and not cp2.forms  # both dropped layer by layer
+        norms, diffs = e1.norms_and_diff_norms(cp, cp2)
+        torch.testing.assert_close(norms, G.norm(dim=1), rtol=1e-10, atol=0)
+        torch.testing.assert_close(diffs, (G - G2).norm(dim=1), rtol=1e-9, atol=0)
+        e1.accumulate([(cp, w), (cp2, w2)], noise_std=0.5, seed=123, offset=77, consume=True)
+        with pytest.raises(ValueError, match="kept graph"):
+            e1.accumulate([(cp, w)])
+    z = torch.from_numpy(normal_reference(e1.numel, 123, 77)).double()
+    got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    torch.testing.assert_close(got, w @ G + w2 @ G2 + 0.5 * z, rtol=1e-10, atol=1e-10)
+    assert all(p.grad is None for p in prev.parameters())  # moved over to the model's
+
+
+def test_low_memory_mode_releases_the_graph_and_activations() -> None:
+    """The output hooks must not keep the graph (and the recorded inputs) alive."""
+    import gc
+    import weakref
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(5, 4)
+    refs = []
+    handle = model[1].register_forward_hook(lambda m, i, o: refs.append(weakref.ref(o)))
+    with ClippingEngine(model, memory="low") as engine:
+        with engine.record():
+            losses = model(x).squeeze(1)
+        cp = engine.backward(losses)
+        del losses
+        engine.accumulate([(cp, torch.ones(5, dtype=torch.float64))], consume=True)
+        del cp
+        gc.collect()
+        assert refs[0]() is None
+    handle.remove()
+
+
+def test_low_memory_bad_arguments() -> None:
+    model = nn.Linear(3, 1)
+    with pytest.raises(ValueError, match="memory"):
+        ClippingEngine(model, memory="tiny")
+    x = torch.randn(4, 3)
+    with ClippingEngine(model, memory="low") as engine:
+        with engine.record():
+            cp = engine.backward(model(x).squeeze(1))
+        with pytest.raises(ValueError, match="reference"):
+            engine.diff_norms(cp, cp)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["linear_seq", "conv_model", "seq_model"])
+def test_low_memory_mode_on_cuda(name: str) -> None:
+    model, x = _prep(name, torch.float32)
+    n_fast, g_fast = _low_and_fast_step(copy.deepcopy(model).cuda(), x.cuda(), "fast")
+    n_low, g_low = _low_and_fast_step(copy.deepcopy(model).cuda(), x.cuda(), "low")
+    torch.testing.assert_close(n_low, n_fast, rtol=1e-6, atol=0)
+    assert float((g_low - g_fast).norm() / g_fast.norm()) < 1e-5

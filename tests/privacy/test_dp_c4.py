@@ -226,7 +226,8 @@ def test_unsupported_layer_and_bad_hyperparameters_raise_before_training() -> No
            ({"anchor_budget_fraction": 1.0}, "anchor_budget_fraction"),
            ({"anchor_clip": 0.0}, "anchor_clip"), ({"threshold_shift": 0.0}, "threshold_shift"),
            ({"anchor_clip_growth": 1.0}, "anchor_clip_growth"), ({"sample_rate": 1.5}, "sample_rate"),
-           ({"algorithm": "adam"}, "algorithm"), ({"memory_efficient": 1}, "memory_efficient")]
+           ({"algorithm": "adam"}, "algorithm"), ({"memory_efficient": 1}, "memory_efficient"),
+           ({"memory": "small"}, "memory")]
     for override, name in bad:
         kwargs = {"lr": 0.1, "noise_multiplier": 1.0, "expected_batch_size": 4, **override}
         with pytest.raises((ValueError, TypeError), match=name):
@@ -341,3 +342,89 @@ def test_budget_schedule_splits_the_noise() -> None:
                          anchor_budget_fraction=lambda t: 0.5 if t == 0 else 0.0)
     with pytest.raises(ValueError, match="anchor_budget_fraction"):
         late.noise_multipliers(1)
+
+
+class _DropoutConvNet(nn.Module):
+    """Conv1d, GroupNorm, dropout, Embedding-free mix of layer types for the memory modes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(3, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.drop = nn.Dropout(0.3)
+        self.fc = nn.Linear(4 * 6, 5)
+        self.ln = nn.LayerNorm(5)
+        self.out = nn.Linear(5, 2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(torch.relu(self.gn(self.conv(x)))).flatten(1)
+        return self.out(self.ln(torch.tanh(self.fc(h))))
+
+
+@pytest.mark.parametrize("memory_efficient", [True, False])
+@pytest.mark.parametrize("algorithm", ["dpc4", "dpsgd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_memory_modes_give_the_same_update(dtype: torch.dtype, algorithm: str,
+                                           memory_efficient: bool) -> None:
+    """memory="low" (norms in backward hooks, sums by a second backward) and "recompute"
+    (the second backward re-runs the closure, dropout replayed) equal the default
+    book-keeping step to 1e-6 relative (float32) / 1e-12 (float64), coupled norms included."""
+    torch.manual_seed(0)
+    model = _DropoutConvNet().to(dtype)
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(7, 3, 6, generator=gen).to(dtype), torch.randint(0, 2, (7,), generator=gen))
+               for _ in range(4)]
+    results = {}
+    for memory in ("fast", "low", "recompute"):
+        m = copy.deepcopy(model)
+        torch.manual_seed(5)
+        opt = DPC4Optimizer(m, lr=0.1, noise_multiplier=0.7, expected_batch_size=7, anchor_clip=0.5,
+                            algorithm=algorithm, memory=memory, memory_efficient=memory_efficient,
+                            seed=1)
+        thresholds = []
+        for x, y in batches:
+            opt.step(lambda mm, x=x, y=y: _losses(mm, x, y))
+            thresholds.append(opt.last_stats["drift_threshold"])
+        results[memory] = (torch.cat([p.detach().reshape(-1) for p in m.parameters()]),
+                           np.array(thresholds), torch.rand(1))
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    fast, fast_thr, fast_rng = results["fast"]
+    assert (algorithm == "dpsgd") == bool(np.isnan(fast_thr).all())
+    for memory in ("low", "recompute"):
+        got, thr, rng = results[memory]
+        assert float((got - fast).norm() / fast.norm()) < tol, memory
+        np.testing.assert_allclose(thr, fast_thr, rtol=tol)
+        assert torch.equal(rng, fast_rng)  # the torch RNG ends where the fast step leaves it
+
+
+def test_train_private_with_recompute_memory_equals_default() -> None:
+    """make_private_dpc4 + train_private with memory="recompute" (closure re-run for the
+    second backward, Poisson batches including empty ones) reach the default mode's model."""
+    torch.manual_seed(0)
+    X, y = torch.randn(60, 4, dtype=torch.float64), torch.randint(0, 2, (60,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=6)
+    finals = []
+    for memory in ("fast", "recompute"):
+        model, opt, private_loader = make_private_dpc4(
+            _mlp(), {"lr": 0.1, "seed": 0, "memory": memory}, loader, target_epsilon=3.0,
+            target_delta=1e-5, epochs=1, generator=torch.Generator().manual_seed(2))
+        train_private(model, opt, private_loader, lambda out, yb: nn.functional.cross_entropy(
+            out, yb, reduction="none"), epochs=1, delta=1e-5, progress=False)
+        finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        assert opt.steps == 10
+    torch.testing.assert_close(finals[1], finals[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", ["dpc4", "dpsgd"])
+def test_memory_modes_with_an_empty_batch(algorithm: str) -> None:
+    """An empty Poisson batch releases noise only, the same in every memory mode."""
+    finals = []
+    for memory in ("fast", "low", "recompute"):
+        model = _mlp()
+        opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
+                            algorithm=algorithm, memory=memory, seed=0)
+        for (x, y), keep in zip(_batches(3, B=4), (4, 0, 4), strict=True):
+            opt.step(lambda m, x=x[:keep], y=y[:keep]: _losses(m, x, y))
+        finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    for other in finals[1:]:
+        torch.testing.assert_close(other, finals[0], rtol=1e-12, atol=1e-12)
