@@ -439,7 +439,6 @@ class Problem {
     refresh_support();
     residual();
     epochs_ = 0;
-    ws_prev_ = 0;
     it_ = 0;
     gap_ = 0.0;
     passes_ = 0.0;
@@ -593,7 +592,7 @@ class Problem {
     gap_ = std::max(0.0, primal - dual_value(rr, ry, s, lam, n));
     if (gap_ <= tol_abs_ || epochs_ >= opt_.max_epochs) return true;
     if (opt_.screening && exact) screen(gap_, s, lam);
-    build_working_set(exact ? s : n * lam, it_, ws_prev_);
+    build_working_set(exact ? s : n * lam);
     const i64 budget = opt_.max_epochs - epochs_;
     const double tol_in = kInnerRatio * (exact ? gap_ : std::min(gap_, tol_abs_));
     if (static_cast<i64>(ws_.size()) <= kGramCap)
@@ -650,17 +649,15 @@ class Problem {
 
   // Support plus the features closest to violating the dual constraint (celer's priority),
   // ranked by the correlation estimates est_ (exact for the features of the last pass).
-  void build_working_set(double s, int it, i64& ws_prev) {
+  // Size max(ws_start, 2 |support|) every round (celer's pruning rule). Doubling the previous
+  // size instead made working sets grow geometrically on coherent designs (a TopK-SAE decoder:
+  // single penalty 65 -> 7.9 ms, 64 right-hand sides 3.8 -> 0.44 s at 384 x 6144).
+  void build_working_set(double s) {
     ws_.assign(free_.begin(), free_.end());
     const i64 n_free = static_cast<i64>(ws_.size());
-    if (!opt_.working_set) {
-      ws_prev = n_free;
-      return;
-    }
+    if (!opt_.working_set) return;
     i64 p = std::max(opt_.ws_start, 2 * static_cast<i64>(support_.size()));
-    if (it > 0) p = std::max(p, 2 * ws_prev);
     p = std::min(p, n_free);
-    ws_prev = p;
     if (p < n_free) {
       // Keys of the features with key < cut only (closest to the constraint); the cut is
       // raised until at least p remain, so the selection sorts a few hundred, not all m.
@@ -962,7 +959,7 @@ class Problem {
   double lam_ = 0.0, prev_lam_ = 0.0, tol_abs_ = 0.0, gap_ = 0.0;
   double drift_ = 0.0, passes_ = 0.0;  // path length of the residual; passes over X (this lam)
   bool has_ref_ = false, has_probe_ = false;
-  i64 epochs_ = 0, ws_prev_ = 0;
+  i64 epochs_ = 0;
   int it_ = 0;
   // r_ref_: residual of the last pass; q_: unit direction of the last residual step; per
   // feature: c_, g_ = x_j^T r_t, x_j^T q_t at snapshot snap_ (-1: never), dstamp_ = drift at t,

@@ -259,10 +259,11 @@ def lasso_path(
     max_epochs : int, default=10_000
         Inner epochs allowed per (penalty, right-hand side).
     ws_start : int, default=40
-        Size of the first working set (doubles while the gap is not reached). celer and
-        skglm start at 10; 40 saves one pass over ``D`` on a cold single-penalty solve with a
-        support of a few tens (measured in ``benchmarks/bench_lasso.py``), and the Gram
-        matrix of 40 columns costs far less than that pass.
+        Smallest working set; each round's holds ``max(ws_start, 2 |support|)`` features
+        (celer's pruning rule). celer and skglm start at 10; 40 saves one pass over ``D`` on
+        a cold single-penalty solve with a support of a few tens (measured in
+        ``benchmarks/bench_lasso.py``), and the Gram matrix of 40 columns costs far less
+        than that pass.
     screening : {"gap_safe", None}, default="gap_safe"
         Gap-safe sphere screening (features certified zero are dropped).
     anderson_k : int, default=5
