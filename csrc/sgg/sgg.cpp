@@ -56,30 +56,6 @@ inline double log_gamma_variate(double a, std::uint64_t seed, std::uint64_t firs
   return log_g;
 }
 
-// Philox4x32-10 with every 32-bit word held in a 64-bit lane: the 32 x 32 -> 64 products
-// are then plain 64-bit lane multiplies (no lane shuffles), which is what makes the loops
-// over counters below vectorise well (measured ~1.4x faster than 32-bit lanes). Same words
-// as rml::philox_block.
-RML_INLINE void philox_wide(std::uint64_t seed, std::uint64_t ctr, std::uint64_t* w0,
-                            std::uint64_t* w1, std::uint64_t* w2, std::uint64_t* w3) {
-  constexpr std::uint64_t kLo = 0xffffffffULL;
-  constexpr std::uint64_t kKeyA = 0x9E3779B9u, kKeyB = 0xBB67AE85u;
-  constexpr std::uint64_t kRoundA = 0xD2511F53u, kRoundB = 0xCD9E8D57u;
-  std::uint64_t c0 = ctr & kLo, c1 = ctr >> 32, c2 = 0, c3 = 0;
-  std::uint64_t k0 = seed & kLo, k1 = seed >> 32;
-  for (int round = 0; round < 10; ++round) {
-    const std::uint64_t pb = kRoundB * static_cast<std::uint32_t>(c2);
-    const std::uint64_t pa = kRoundA * static_cast<std::uint32_t>(c0);
-    c0 = (pb >> 32) ^ c1 ^ k0;
-    c2 = (pa >> 32) ^ c3 ^ k1;
-    c1 = pb & kLo;
-    c3 = pa & kLo;
-    k0 = (k0 + kKeyA) & kLo;
-    k1 = (k1 + kKeyB) & kLo;
-  }
-  *w0 = c0; *w1 = c1; *w2 = c2; *w3 = c3;
-}
-
 // (w + 0.5) / 2^32 for a word held in a 64-bit lane (an exact int64 -> double conversion).
 RML_INLINE double u32w(std::uint64_t w) {
   return (static_cast<double>(static_cast<std::int64_t>(w)) + 0.5) * 2.3283064365386963e-10;
@@ -90,8 +66,8 @@ RML_INLINE double u32w(std::uint64_t w) {
 RML_SIMD_CLONES
 void row_normals(double* __restrict z, std::int64_t nq, std::uint64_t seed, std::uint64_t base) {
   for (std::int64_t q = 0; q < nq; ++q) {
-    std::uint64_t w0, w1, w2, w3;
-    philox_wide(seed, base + static_cast<std::uint64_t>(q), &w0, &w1, &w2, &w3);
+    const Philox4 b = philox_block(seed, base + static_cast<std::uint64_t>(q));
+    const std::uint64_t w0 = b.v[0], w1 = b.v[1], w2 = b.v[2], w3 = b.v[3];
     const double r0 = std::sqrt(-2.0 * vecmath::log_pos(u32w(w0)));
     const double r1 = std::sqrt(-2.0 * vecmath::log_pos(u32w(w2)));
     double s0, c0, s1, c1;
@@ -137,8 +113,8 @@ void gamma_first_attempt(double* __restrict log_g, double* __restrict accepted,
   const double log_d = vecmath::log_pos(d);
   std::uint64_t ctr = first0 + 1;
   for (std::int64_t r = 0; r < count; ++r, ctr += stride) {
-    std::uint64_t w0, w1, w2, w3;
-    philox_wide(seed, ctr, &w0, &w1, &w2, &w3);
+    const Philox4 b = philox_block(seed, ctr);
+    const std::uint64_t w0 = b.v[0], w1 = b.v[1], w2 = b.v[2], w3 = b.v[3];
     const double x = std::sqrt(-2.0 * vecmath::log_pos(u32w(w0))) *
                      vecmath::cos_nonneg(kTwoPi * u32w(w1));
     const double v1 = 1.0 + c * x;
