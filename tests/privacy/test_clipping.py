@@ -174,11 +174,10 @@ def test_coupled_norms_float32_small_difference() -> None:
     torch.testing.assert_close(diffs, expected, rtol=1e-3, atol=0)
 
 
-def test_accumulate_two_passes_with_noise() -> None:
-    """sum_i w_i g_i(x) + sum_i w'_i g_i(x') + sigma z, z from the Philox stream."""
-    from rml_fast.kernels.random import normal_reference
-
-    model, x = _prep("conv_model", torch.float64)
+def _shifted_pair(name: str):
+    """The float64 model ``name``, a copy at 0.9 x its parameters, the batch, both per-sample
+    gradient sets and two weight vectors (the two passes of a coupled DP-C4 step)."""
+    model, x = _prep(name, torch.float64)
     prev = copy.deepcopy(model)
     with torch.no_grad():
         for p in prev.parameters():
@@ -186,6 +185,14 @@ def test_accumulate_two_passes_with_noise() -> None:
     G, G2 = _per_sample_grads(model, x), _per_sample_grads(prev, x)
     w = torch.linspace(0.1, 1.0, B, dtype=torch.float64)
     w2 = -torch.linspace(1.0, 0.2, B, dtype=torch.float64)
+    return model, prev, x, G, G2, w, w2
+
+
+def test_accumulate_two_passes_with_noise() -> None:
+    """sum_i w_i g_i(x) + sum_i w'_i g_i(x') + sigma z, z from the Philox stream."""
+    from rml_fast.kernels.random import normal_reference
+
+    model, prev, x, G, G2, w, w2 = _shifted_pair("conv_model")
     with ClippingEngine(model) as e1, ClippingEngine(prev) as e2:
         with e1.record():
             cp = e1.backward(model(x))
@@ -389,14 +396,7 @@ def test_low_memory_coupled_norms_and_chunked_convs(name: str, mode: str,
     from rml_fast.privacy import clipping
 
     monkeypatch.setattr(clipping, "_LOW_SCRATCH", 60)
-    model, x = _prep(name, torch.float64)
-    prev = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in prev.parameters():
-            p.mul_(0.9)
-    G, G2 = _per_sample_grads(model, x), _per_sample_grads(prev, x)
-    w = torch.linspace(0.1, 1.0, B, dtype=torch.float64)
-    w2 = -torch.linspace(1.0, 0.2, B, dtype=torch.float64)
+    model, prev, x, G, G2, w, w2 = _shifted_pair(name)
     with ClippingEngine(model, mode=mode, memory="low") as e1, \
             ClippingEngine(prev, mode=mode, memory="low") as e2:
         with e2.record():
