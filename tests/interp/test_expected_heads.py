@@ -75,6 +75,17 @@ def _names(mask):
     return [f"a{layer}.h{h}" for layer, h in torch.nonzero(mask).tolist()]
 
 
+def _query_circuit_edges(model, task, n_queries):
+    """The edge set of each query's circuit at 20% density (edge sampler, 16 samples)."""
+    g = EdgeGraph.from_model(model)
+    sizes = sizes_from_densities(g.n_edges, [0.2])
+    for q in task.queries(n_queries, rng=1):
+        search = QueryCircuitSearch(sizes, n_samples=16, sampler="edge", random_state=0,
+                                    progress=False)  # fmt: skip
+        search.fit(model, q.clean, q.corrupt, LogitDiff.from_query(q))
+        yield set(g.edges(search.circuit_[0]))
+
+
 def check_induction_circuits(model, task, n_queries=3):
     """Previous-token and induction heads exist, and each query circuit (20% density) keeps
     an induction head's edge to the logits and a previous-token -> induction-head key edge
@@ -84,13 +95,7 @@ def check_induction_circuits(model, task, n_queries=3):
     ind_heads = _names(ind > INDUCTION_THRESHOLD)
     assert prev_heads, f"no previous-token head (scores {prev})"
     assert ind_heads, f"no induction head (scores {ind})"
-    g = EdgeGraph.from_model(model)
-    sizes = sizes_from_densities(g.n_edges, [0.2])
-    for q in task.queries(n_queries, rng=1):
-        search = QueryCircuitSearch(sizes, n_samples=16, sampler="edge", random_state=0,
-                                    progress=False)  # fmt: skip
-        search.fit(model, q.clean, q.corrupt, LogitDiff.from_query(q))
-        edges = set(g.edges(search.circuit_[0]))
+    for edges in _query_circuit_edges(model, task, n_queries):
         assert any((h, "logits") in edges for h in ind_heads), (ind_heads, edges)
         k_comp = {(p, f"{i}<k>") for p in prev_heads for i in ind_heads}
         assert edges & k_comp, (prev_heads, ind_heads, edges)
@@ -108,13 +113,7 @@ def check_ioi_circuits(model, task, n_queries=3):
     assert bool(found.any()), f"no name-mover-like head (att_io {att_io}, att_s {att_s}, dla {dla})"
     layer, h = divmod(int(torch.where(found, dla, -torch.inf).argmax()), model.cfg.n_heads)
     top = f"a{layer}.h{h}"
-    g = EdgeGraph.from_model(model)
-    sizes = sizes_from_densities(g.n_edges, [0.2])
-    for q in task.queries(n_queries, rng=1):
-        search = QueryCircuitSearch(sizes, n_samples=16, sampler="edge", random_state=0,
-                                    progress=False)  # fmt: skip
-        search.fit(model, q.clean, q.corrupt, LogitDiff.from_query(q))
-        edges = set(g.edges(search.circuit_[0]))
+    for edges in _query_circuit_edges(model, task, n_queries):
         assert (top, "logits") in edges, (top, edges)
         assert any(dst in (f"{top}<k>", f"{top}<v>") for _, dst in edges), (top, edges)
     return _names(movers), _names(suppressors)
