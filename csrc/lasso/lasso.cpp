@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -11,6 +13,10 @@
 
 #include "common/parallel.hpp"
 #include "common/simd.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 namespace rml::lasso {
 namespace {
@@ -50,33 +56,6 @@ inline void axpy(double a, const T* x, double* r, i64 n) {
 }
 
 inline double soft(double z, double t) { return z > t ? z - t : (z < -t ? z + t : 0.0); }
-
-// c_j = x_j^T r for unscreened j in [j0, j1); returns max |c_j|. Multi-versioned (AVX2/AVX-512).
-template <typename T>
-RML_INLINE double corr_range_impl(const T* X, i64 n, i64 j0, i64 j1, const char* screened,
-                              const double* r, double* c) {
-  double mx = 0.0;
-  for (i64 j = j0; j < j1; ++j) {
-    if (screened[j]) continue;
-    const T* x = X + j * n;
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (i64 i = 0; i < n; ++i) s += static_cast<double>(x[i]) * r[i];
-    c[j] = s;
-    mx = std::max(mx, std::abs(s));
-  }
-  return mx;
-}
-
-RML_SIMD_CLONES double corr_range(const double* X, i64 n, i64 j0, i64 j1, const char* screened,
-                                  const double* r, double* c) {
-  return corr_range_impl(X, n, j0, j1, screened, r, c);
-}
-
-RML_SIMD_CLONES double corr_range(const float* X, i64 n, i64 j0, i64 j1, const char* screened,
-                                  const double* r, double* c) {
-  return corr_range_impl(X, n, j0, j1, screened, r, c);
-}
 
 // Correlations of four problems over columns [j0, j1) (the shared-design kernel): a column
 // unscreened by all four is read once for four dot products; otherwise each unscreened
@@ -129,14 +108,23 @@ RML_SIMD_CLONES void corr_block4(const float* X, i64 n, i64 j0, i64 j1, const ch
   corr_block4_impl(X, n, j0, j1, scr, r, c, mx);
 }
 
-// The same with a probe direction: also g_j = x_j^T q (one read of x_j for both products).
+// Correlations of one problem over the columns idx[0, cnt): c_j = x_j^T r and, with a probe
+// direction qv, also g_j = x_j^T qv (one read of x_j for both); returns max |c_j|.
 template <typename T>
-RML_INLINE double corr_range2_impl(const T* X, i64 n, i64 j0, i64 j1, const char* skip, const double* r,
-                               const double* qv, double* c, double* g) {
+RML_INLINE double corr_list_impl(const T* X, i64 n, const i64* idx, i64 cnt, const double* r,
+                                 const double* qv, double* c, double* g) {
   double mx = 0.0;
-  for (i64 j = j0; j < j1; ++j) {
-    if (skip[j]) continue;
+  for (i64 q = 0; q < cnt; ++q) {
+    const i64 j = idx[q];
     const T* x = X + j * n;
+    if (qv == nullptr) {
+      double s = 0.0;
+#pragma omp simd reduction(+ : s)
+      for (i64 i = 0; i < n; ++i) s += static_cast<double>(x[i]) * r[i];
+      c[j] = s;
+      mx = std::max(mx, std::abs(s));
+      continue;
+    }
     double s = 0.0, t = 0.0;
 #pragma omp simd reduction(+ : s, t)
     for (i64 i = 0; i < n; ++i) {
@@ -151,14 +139,14 @@ RML_INLINE double corr_range2_impl(const T* X, i64 n, i64 j0, i64 j1, const char
   return mx;
 }
 
-RML_SIMD_CLONES double corr_range2(const double* X, i64 n, i64 j0, i64 j1, const char* skip,
-                                   const double* r, const double* qv, double* c, double* g) {
-  return corr_range2_impl(X, n, j0, j1, skip, r, qv, c, g);
+RML_SIMD_CLONES double corr_list(const double* X, i64 n, const i64* idx, i64 cnt,
+                                 const double* r, const double* qv, double* c, double* g) {
+  return corr_list_impl(X, n, idx, cnt, r, qv, c, g);
 }
 
-RML_SIMD_CLONES double corr_range2(const float* X, i64 n, i64 j0, i64 j1, const char* skip,
-                                   const double* r, const double* qv, double* c, double* g) {
-  return corr_range2_impl(X, n, j0, j1, skip, r, qv, c, g);
+RML_SIMD_CLONES double corr_list(const float* X, i64 n, const i64* idx, i64 cnt,
+                                 const double* r, const double* qv, double* c, double* g) {
+  return corr_list_impl(X, n, idx, cnt, r, qv, c, g);
 }
 
 // Four problems with probes: a column needed by all four is read once for eight products.
@@ -309,6 +297,295 @@ RML_SIMD_CLONES void sub_scaled(double* c, const double* g, double d, i64 k) {
   for (i64 i = 0; i < k; ++i) c[i] -= d * g[i];
 }
 
+// --- Per-feature bookkeeping over all m features (see Problem::prepare). ----------------
+// A feature's correlation c_j = x_j^T r_t (and g_j = x_j^T q_t) refers to the pass in ring
+// slot slot_j, or to one of two pseudo-slots whose tables hold a = 0, e = inf: the rebased
+// slot (the pass left the ring) and the unknown slot (never computed: c = g = 0, sl = inf).
+// These loops run once or twice per round over all m features, so on x86-64 they have AVX2
+// versions (GCC does not vectorise the gathers and byte masks of the portable ones well);
+// the portable versions are the reference and the fallback, and compute the same values.
+using u8 = unsigned char;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RML_LASSO_AVX2 1
+#define RML_AVX2 __attribute__((target("avx2,fma")))
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#else
+bool cpu_has_avx2() { return false; }
+#endif
+
+struct BoundsArgs {
+  i64 m;
+  const double *c, *g, *sl, *dst, *nrm;
+  const std::int32_t* slot;
+  const double *ta, *te;  // per slot: projection a and remainder e
+  double drift;
+  const u8* screened;
+  double thr;  // mark mode: need_j = unscreened and ub_j > thr (thr > -1)
+  double *est, *ub;
+  u8* skip;    // mark mode: 0 for the needed features, 1 otherwise
+  i64* need;   // mark mode: their indices, ascending
+};
+
+// est_j = c_j + a_k g_j and ub_j = min(|c_j| + sl_j + ||x_j|| (drift - dst_j),
+// |est_j| + ||x_j|| e_k) for k = slot_j; in mark mode also skip_ and need. Returns
+// max ub_j over the unscreened features (0 if none); *n_need = number of needed ones.
+double bounds_scalar(const BoundsArgs& A, bool mark, i64* n_need, i64 j0 = 0, double mx = 0.0,
+                     i64 cnt = 0) {
+  for (i64 j = j0; j < A.m; ++j) {
+    const std::int32_t k = A.slot[j];
+    const double e = A.c[j] + A.ta[k] * A.g[j];
+    const double u1 = std::abs(A.c[j]) + A.sl[j] + A.nrm[j] * (A.drift - A.dst[j]);
+    const double u2 = std::abs(e) + A.nrm[j] * A.te[k];
+    const double u = u1 < u2 ? u1 : u2;
+    A.est[j] = e;
+    A.ub[j] = u;
+    const double v = A.screened[j] ? -1.0 : u;
+    mx = mx > v ? mx : v;
+    if (mark) {
+      const bool nd = v > A.thr;
+      A.skip[j] = nd ? 0 : 1;
+      A.need[cnt] = j;
+      cnt += nd ? 1 : 0;
+    }
+  }
+  if (mark) *n_need = cnt;
+  return mx;
+}
+
+#ifdef RML_LASSO_AVX2
+// Byte i is 1 unless bit i of the index is set (skip flags from a 4-lane need mask).
+constexpr std::uint32_t kSkipBytes[16] = {
+    0x01010101u, 0x01010100u, 0x01010001u, 0x01010000u, 0x01000101u, 0x01000100u,
+    0x01000001u, 0x01000000u, 0x00010101u, 0x00010100u, 0x00010001u, 0x00010000u,
+    0x00000101u, 0x00000100u, 0x00000001u, 0x00000000u};
+
+// Lanes j..j+3 of a byte flag array as a 64-bit-lane mask (all ones where the byte is 0).
+RML_AVX2 inline __m256d zero_bytes_mask(const u8* flag, i64 j) {
+  std::int32_t w;
+  std::memcpy(&w, flag + j, 4);
+  const __m256i f = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(w));
+  return _mm256_castsi256_pd(_mm256_cmpeq_epi64(f, _mm256_setzero_si256()));
+}
+
+RML_AVX2 inline double hmax(__m256d v) {
+  const __m128d h = _mm_max_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return std::max(_mm_cvtsd_f64(h), _mm_cvtsd_f64(_mm_unpackhi_pd(h, h)));
+}
+
+RML_AVX2 double bounds_avx2(const BoundsArgs& A, bool mark, i64* n_need) {
+  const __m256d sign = _mm256_set1_pd(-0.0), drift = _mm256_set1_pd(A.drift),
+                thr = _mm256_set1_pd(A.thr), neg1 = _mm256_set1_pd(-1.0);
+  const double *cp = A.c, *gp = A.g, *slp = A.sl, *dstp = A.dst, *nrmp = A.nrm, *ta = A.ta,
+               *te = A.te;
+  const std::int32_t* slot = A.slot;
+  const u8* scr = A.screened;
+  double *estp = A.est, *ubp = A.ub;
+  u8* skip = A.skip;
+  i64* need = A.need;
+  __m256d mx = _mm256_setzero_pd();
+  i64 cnt = 0, j = 0;
+  for (; j + 4 <= A.m; j += 4) {
+    // Four table lookups by scalar loads (faster than vgatherdpd on the AMD cores measured).
+    const std::int32_t k0 = slot[j], k1 = slot[j + 1], k2 = slot[j + 2], k3 = slot[j + 3];
+    const __m256d a = _mm256_set_pd(ta[k3], ta[k2], ta[k1], ta[k0]);
+    const __m256d e = _mm256_set_pd(te[k3], te[k2], te[k1], te[k0]);
+    const __m256d c = _mm256_loadu_pd(cp + j), nr = _mm256_loadu_pd(nrmp + j);
+    const __m256d est = _mm256_fmadd_pd(a, _mm256_loadu_pd(gp + j), c);
+    const __m256d u1 = _mm256_fmadd_pd(
+        nr, _mm256_sub_pd(drift, _mm256_loadu_pd(dstp + j)),
+        _mm256_add_pd(_mm256_andnot_pd(sign, c), _mm256_loadu_pd(slp + j)));
+    const __m256d u2 = _mm256_fmadd_pd(nr, e, _mm256_andnot_pd(sign, est));
+    const __m256d u = _mm256_min_pd(u1, u2);  // u2 where u1 < u2 is false, as in the scalar loop
+    _mm256_storeu_pd(estp + j, est);
+    _mm256_storeu_pd(ubp + j, u);
+    const __m256d v = _mm256_blendv_pd(neg1, u, zero_bytes_mask(scr, j));
+    mx = _mm256_max_pd(v, mx);
+    if (mark) {
+      int bits = _mm256_movemask_pd(_mm256_cmp_pd(v, thr, _CMP_GT_OQ));
+      std::memcpy(skip + j, &kSkipBytes[bits], 4);
+      while (bits) {
+        need[cnt++] = j + __builtin_ctz(static_cast<unsigned>(bits));
+        bits &= bits - 1;
+      }
+    }
+  }
+  return bounds_scalar(A, mark, n_need, j, std::max(0.0, hmax(mx)), cnt);
+}
+#endif
+
+double bounds_pass(const BoundsArgs& A, bool mark, i64* n_need) {
+#ifdef RML_LASSO_AVX2
+  if (cpu_has_avx2()) return bounds_avx2(A, mark, n_need);
+#endif
+  return bounds_scalar(A, mark, n_need);
+}
+
+// Features whose correlation refers to ring slot s leave it: est becomes a fixed value with the
+// projection's remainder as slack (c += a g, sl += ||x|| e, dst = drift, slot = rebased).
+RML_SIMD_CLONES void rebase_slot(i64 m, std::int32_t s, std::int32_t rebased, double a, double e,
+                                 double drift, const double* nrm, const double* g, double* c,
+                                 double* sl, double* dst, std::int32_t* slot) {
+#pragma omp simd
+  for (i64 j = 0; j < m; ++j) {
+    const bool hit = slot[j] == s;
+    c[j] = hit ? c[j] + a * g[j] : c[j];
+    sl[j] = hit ? sl[j] + nrm[j] * e : sl[j];
+    dst[j] = hit ? drift : dst[j];
+    slot[j] = hit ? rebased : slot[j];
+  }
+}
+
+// a = q^T (r - r_t), d2 = ||r - r_t||^2 (projection of a residual step on a snapshot's probe).
+RML_SIMD_CLONES void project_step(const double* r, const double* rt, const double* q, i64 n,
+                                  double* a, double* d2) {
+  double sa = 0.0, sd = 0.0;
+#pragma omp simd reduction(+ : sa, sd)
+  for (i64 i = 0; i < n; ++i) {
+    const double e = r[i] - rt[i];
+    sa += q[i] * e;
+    sd += e * e;
+  }
+  *a = sa;
+  *d2 = sd;
+}
+
+// Gap-safe sphere test on the bounds: screens the unscreened features with
+// ub_j / s + ||x_j|| rho < 1 (screened_j = skip_j = 1); returns how many stay unscreened.
+i64 screen_scalar(i64 m, const double* ub, const double* nrm, double inv_s, double rho,
+                  u8* screened, u8* skip, i64 j0 = 0, i64 left = 0) {
+  for (i64 j = j0; j < m; ++j) {
+    if (screened[j]) continue;
+    if (ub[j] * inv_s + nrm[j] * rho < 1.0) {
+      screened[j] = 1;
+      skip[j] = 1;
+    } else {
+      ++left;
+    }
+  }
+  return left;
+}
+
+#ifdef RML_LASSO_AVX2
+RML_AVX2 i64 screen_avx2(i64 m, const double* ub, const double* nrm, double inv_s, double rho,
+                         u8* screened, u8* skip) {
+  const __m256d is = _mm256_set1_pd(inv_s), rh = _mm256_set1_pd(rho), one = _mm256_set1_pd(1.0);
+  i64 left = 0, j = 0;
+  for (; j + 4 <= m; j += 4) {
+    const __m256d live = zero_bytes_mask(screened, j);
+    const __m256d t = _mm256_fmadd_pd(_mm256_loadu_pd(nrm + j), rh,
+                                      _mm256_mul_pd(_mm256_loadu_pd(ub + j), is));
+    int drop = _mm256_movemask_pd(_mm256_and_pd(live, _mm256_cmp_pd(t, one, _CMP_LT_OQ)));
+    left += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_pd(live))) -
+            __builtin_popcount(static_cast<unsigned>(drop));
+    while (drop) {
+      const i64 q = j + __builtin_ctz(static_cast<unsigned>(drop));
+      screened[q] = 1;
+      skip[q] = 1;
+      drop &= drop - 1;
+    }
+  }
+  return screen_scalar(m, ub, nrm, inv_s, rho, screened, skip, j, left);
+}
+#endif
+
+i64 screen_all(i64 m, const double* ub, const double* nrm, double inv_s, double rho, u8* screened,
+               u8* skip) {
+#ifdef RML_LASSO_AVX2
+  if (cpu_has_avx2()) return screen_avx2(m, ub, nrm, inv_s, rho, screened, skip);
+#endif
+  return screen_scalar(m, ub, nrm, inv_s, rho, screened, skip);
+}
+
+// Working-set keys (1 - |est_j| / s) / ||x_j|| (+inf when screened) and below[i] = the number
+// of keys below the cut 0.25 * 2^i, i < kCuts.
+constexpr int kCuts = 8;
+inline double ws_cut(int i) { return std::ldexp(0.25, i); }
+
+void ws_keys_scalar(i64 m, const double* est, const double* inv_nrm, const u8* screened,
+                    double inv_s, double* key, i64* below, i64 j0 = 0) {
+  for (i64 j = j0; j < m; ++j) {
+    const double k = screened[j] ? std::numeric_limits<double>::infinity()
+                                 : (1.0 - std::abs(est[j]) * inv_s) * inv_nrm[j];
+    key[j] = k;
+    for (int i = 0; i < kCuts; ++i) below[i] += k < ws_cut(i) ? 1 : 0;
+  }
+}
+
+#ifdef RML_LASSO_AVX2
+RML_AVX2 void ws_keys_avx2(i64 m, const double* est, const double* inv_nrm, const u8* screened,
+                           double inv_s, double* key, i64* below) {
+  const __m256d sign = _mm256_set1_pd(-0.0), is = _mm256_set1_pd(inv_s),
+                one = _mm256_set1_pd(1.0),
+                inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+  __m256d cut[kCuts];
+  __m256i acc[kCuts];
+  for (int i = 0; i < kCuts; ++i) {
+    cut[i] = _mm256_set1_pd(ws_cut(i));
+    acc[i] = _mm256_setzero_si256();
+  }
+  i64 j = 0;
+  for (; j + 4 <= m; j += 4) {
+    const __m256d k0 = _mm256_mul_pd(
+        _mm256_fnmadd_pd(_mm256_andnot_pd(sign, _mm256_loadu_pd(est + j)), is, one),
+        _mm256_loadu_pd(inv_nrm + j));
+    const __m256d k = _mm256_blendv_pd(inf, k0, zero_bytes_mask(screened, j));
+    _mm256_storeu_pd(key + j, k);
+    for (int i = 0; i < kCuts; ++i)  // a true compare is all ones = -1
+      acc[i] = _mm256_sub_epi64(acc[i], _mm256_castpd_si256(_mm256_cmp_pd(k, cut[i], _CMP_LT_OQ)));
+  }
+  for (int i = 0; i < kCuts; ++i) {
+    alignas(32) std::int64_t lanes[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[i]);
+    below[i] += lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  }
+  ws_keys_scalar(m, est, inv_nrm, screened, inv_s, key, below, j);
+}
+#endif
+
+void ws_keys(i64 m, const double* est, const double* inv_nrm, const u8* screened, double inv_s,
+             double* key, i64* below) {
+  for (int i = 0; i < kCuts; ++i) below[i] = 0;
+#ifdef RML_LASSO_AVX2
+  if (cpu_has_avx2()) return ws_keys_avx2(m, est, inv_nrm, screened, inv_s, key, below);
+#endif
+  ws_keys_scalar(m, est, inv_nrm, screened, inv_s, key, below);
+}
+
+// Appends (key_j, j) for every key_j < cut.
+void keys_below_scalar(i64 m, const double* key, double cut,
+                       std::vector<std::pair<double, i64>>& out, i64 j0 = 0) {
+  for (i64 j = j0; j < m; ++j)
+    if (key[j] < cut) out.emplace_back(key[j], j);
+}
+
+#ifdef RML_LASSO_AVX2
+RML_AVX2 void keys_below_avx2(i64 m, const double* key, double cut,
+                              std::vector<std::pair<double, i64>>& out) {
+  const __m256d c = _mm256_set1_pd(cut);
+  i64 j = 0;
+  for (; j + 4 <= m; j += 4) {
+    int bits = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_loadu_pd(key + j), c, _CMP_LT_OQ));
+    while (bits) {
+      const i64 q = j + __builtin_ctz(static_cast<unsigned>(bits));
+      out.emplace_back(key[q], q);
+      bits &= bits - 1;
+    }
+  }
+  keys_below_scalar(m, key, cut, out, j);
+}
+#endif
+
+void keys_below(i64 m, const double* key, double cut, std::vector<std::pair<double, i64>>& out) {
+#ifdef RML_LASSO_AVX2
+  if (cpu_has_avx2()) return keys_below_avx2(m, key, cut, out);
+#endif
+  keys_below_scalar(m, key, cut, out);
+}
+
 // Dual objective at theta = r / s from rr = ||r||^2 and ry = r^T y (see lasso.hpp).
 inline double dual_value(double rr, double ry, double s, double lam, double n) {
   return lam * ry / s - n * lam * lam * rr / (2.0 * s * s);
@@ -382,28 +659,42 @@ bool anderson_extrapolate(const std::vector<double>& hist, int K, i64 k, std::ve
 template <typename T>
 class Problem {
  public:
-  Problem(const T* X, i64 n, i64 m, const double* nrm2, const double* nrm, const T* y,
-          const Options& opt, bool par, int nt, i64 n_snaps)
-      : X_(X), n_(n), m_(m), nrm2_(nrm2), nrm_(nrm), opt_(opt), par_(par), nt_(nt),
-        w_(static_cast<size_t>(m), 0.0), c_(static_cast<size_t>(m), 0.0),
+  Problem(const T* X, i64 n, i64 m, const double* nrm2, const double* nrm, const double* inv_nrm,
+          const T* y, const Options& opt, bool par, int nt, i64 n_snaps)
+      : X_(X), n_(n), m_(m), nrm2_(nrm2), nrm_(nrm), inv_nrm_(inv_nrm), opt_(opt), par_(par),
+        nt_(nt), w_(static_cast<size_t>(m), 0.0), c_(static_cast<size_t>(m), 0.0),
         r_(static_cast<size_t>(n)), y_(static_cast<size_t>(n)), r_ref_(static_cast<size_t>(n)),
         q_(static_cast<size_t>(n), 0.0), g_(static_cast<size_t>(m), 0.0),
         est_(static_cast<size_t>(m), 0.0), ub_(static_cast<size_t>(m), 0.0),
-        dstamp_(static_cast<size_t>(m), 0.0), snap_(static_cast<size_t>(m), -1),
-        screened_(static_cast<size_t>(m), 0), skip_(static_cast<size_t>(m), 1),
-        slot_(static_cast<size_t>(m), -1), sl_(static_cast<size_t>(m), 0.0),
-        snaps_(static_cast<size_t>(n_snaps)), H_(n_snaps) {
-    for (i64 j = 0; j < m; ++j)
-      if (nrm2[j] > 0.0) ++unknown_;
+        dstamp_(static_cast<size_t>(m), 0.0), key_(static_cast<size_t>(m), 0.0),
+        sl_(static_cast<size_t>(m), std::numeric_limits<double>::infinity()),
+        ring_(static_cast<size_t>(m), static_cast<std::int32_t>(n_snaps + 1)),
+        screened_(static_cast<size_t>(m), 0), base_screened_(static_cast<size_t>(m), 0),
+        skip_(static_cast<size_t>(m), 1), need_(static_cast<size_t>(m), 0),
+        slot_(static_cast<size_t>(m), -1), snaps_(static_cast<size_t>(n_snaps)), H_(n_snaps),
+        ta_(static_cast<size_t>(n_snaps + 2), 0.0),
+        te_(static_cast<size_t>(n_snaps + 2), std::numeric_limits<double>::infinity()),
+        refs_(static_cast<size_t>(n_snaps + 2), 0) {
+    for (i64 j = 0; j < m; ++j) {
+      const bool zero = !(nrm2[j] > 0.0);
+      base_screened_[static_cast<size_t>(j)] = zero ? 1 : 0;
+      n_cols_ += zero ? 0 : 1;
+    }
+    refs_[static_cast<size_t>(unknown_slot())] = n_cols_;
     for (i64 i = 0; i < n; ++i) y_[static_cast<size_t>(i)] = static_cast<double>(y[i]);
     yy_ = dot_dd(y_.data(), y_.data(), n);
   }
 
   void set_warm(const double* w0) {
-    for (i64 j = 0; j < m_; ++j) w_[static_cast<size_t>(j)] = nrm2_[j] > 0.0 ? w0[j] : 0.0;
+    support_.clear();
+    for (i64 j = 0; j < m_; ++j) {
+      w_[static_cast<size_t>(j)] = nrm2_[j] > 0.0 ? w0[j] : 0.0;
+      if (w_[static_cast<size_t>(j)] != 0.0) support_.push_back(j);
+    }
   }
 
   const std::vector<double>& coef() const { return w_; }
+  const std::vector<i64>& support() const { return support_; }  // nonzeros of coef, ascending
 
   // One penalty is solved as begin(lam), then rounds of {correlations c = X^T r on the
   // unscreened features (by this problem, or shared by several problems: see corr_shared),
@@ -426,18 +717,16 @@ class Problem {
   // closest to the constraint) and the pass after its inner solve checks the gap. (Forcing
   // the strong-rule set |est_j| >= n (2 lam - lam_prev) into it was tried: near the end of
   // a path it holds hundreds of features and the Gram matrix cost more than it saved.)
+  // The per-feature loops run over all m features as vectorised passes over flat arrays
+  // (bounds_pass, screen_all, ws_keys), not over a list of unscreened ones.
   void begin(double lam) {
     prev_lam_ = lam_;  // 0 before the first penalty
     lam_ = lam;
     tol_abs_ = opt_.tol * yy_ / (2.0 * static_cast<double>(n_));
-    free_.clear();
-    for (i64 j = 0; j < m_; ++j) {
-      screened_[static_cast<size_t>(j)] = nrm2_[j] > 0.0 ? 0 : 1;
-      skip_[static_cast<size_t>(j)] = 1;
-      if (nrm2_[j] > 0.0) free_.push_back(j);
-    }
-    refresh_support();
-    residual();
+    std::copy(base_screened_.begin(), base_screened_.end(), screened_.begin());
+    std::fill(skip_.begin(), skip_.end(), u8{1});
+    n_free_ = n_cols_;
+    residual();  // the support carries over from the last penalty (or the warm start)
     epochs_ = 0;
     it_ = 0;
     gap_ = 0.0;
@@ -445,11 +734,14 @@ class Problem {
   }
 
   // Whether the first round of this penalty can skip its pass (every feature has an estimate).
-  bool can_skip_pass() const { return opt_.reuse_corr && unknown_ == 0; }
+  bool can_skip_pass() const {
+    return opt_.reuse_corr && refs_[static_cast<size_t>(unknown_slot())] == 0;
+  }
 
-  // Marks the features whose correlation the next pass must compute (see begin); with
-  // mark = false only refreshes the estimates and bounds est_, ub_ of the unscreened features.
-  void prepare(bool mark = true) {
+  // Marks the features whose correlation the next pass must compute (see begin), listed in
+  // need_[0, n_need_); with mark = false only refreshes the estimates and bounds est_, ub_ of
+  // the features and returns max ub over the unscreened ones.
+  double prepare(bool mark = true) {
     const i64 n = n_;
     if (has_ref_) {
       double d2 = 0.0;
@@ -467,103 +759,61 @@ class Problem {
     }
     std::copy(r_.begin(), r_.end(), r_ref_.begin());
     has_ref_ = true;
-    const double thr = static_cast<double>(n) * lam_ * (1.0 - 1e-9);
-    // Projection of r - r_t on q_t and the rest, for every snapshot in the ring.
-    const i64 first_alive = std::max<i64>(0, n_snaps_ - H_);
-    for (i64 t = first_alive; t < n_snaps_; ++t) {
-      Snapshot& sn = snaps_[static_cast<size_t>(t % H_)];
-      if (sn.refs == 0) continue;
-      double a = 0.0, d2 = 0.0;
-      for (i64 i = 0; i < n; ++i) {
-        const double e = r_[static_cast<size_t>(i)] - sn.r[static_cast<size_t>(i)];
-        a += sn.q[static_cast<size_t>(i)] * e;
-        d2 += e * e;
-      }
-      sn.a = a;
-      sn.e = std::sqrt(std::max(0.0, d2 - a * a)) * (1.0 + 1e-12) + 1e-300;
+    // Projection of r - r_t on q_t and the rest, for every live snapshot of the ring.
+    for (i64 s = 0; s < H_; ++s) {
+      const size_t ss = static_cast<size_t>(s);
+      te_[ss] = std::numeric_limits<double>::infinity();
+      ta_[ss] = 0.0;
+      if (refs_[ss] == 0) continue;
+      Snapshot& sn = snaps_[ss];
+      double a, d2;
+      project_step(r_.data(), sn.r.data(), sn.q.data(), n, &a, &d2);
+      ta_[ss] = a;
+      te_[ss] = std::sqrt(std::max(0.0, d2 - a * a)) * (1.0 + 1e-12) + 1e-300;
     }
-    const i64 id = n_snaps_;
-    i64 cnt = 0;
-    // Local pointers (the compiler cannot keep member data pointers in registers across the
-    // stores of this loop otherwise).
-    const double *c = c_.data(), *g = g_.data(), *nrm = nrm_;
-    double *est_p = est_.data(), *ub_p = ub_.data(), *sl = sl_.data(), *dst = dstamp_.data();
-    i64* snap = snap_.data();
-    char* skip = skip_.data();
-    const double drift = drift_;
     const bool reuse = opt_.reuse_corr;
-    for (i64 j : free_) {
-      const i64 t = snap[j];
-      double est, ub;
-      if (t == -1) {
-        est = 0.0;
-        ub = std::numeric_limits<double>::infinity();
-      } else {
-        est = c[j];
-        ub = std::abs(c[j]) + sl[j] + nrm[j] * (drift - dst[j]);
-        if (t >= 0) {
-          const Snapshot& sn = snaps_[static_cast<size_t>(t % H_)];
-          est = c[j] + sn.a * g[j];
-          ub = std::min(ub, std::abs(est) + nrm[j] * sn.e);
-        }
-      }
-      est_p[j] = est;
-      ub_p[j] = ub;
-      if (!mark) continue;
-      const bool need = !reuse || ub > thr;
-      skip[j] = need ? 0 : 1;
-      if (need) {
-        if (t == -1) --unknown_;
-        if (t >= 0) --snaps_[static_cast<size_t>(t % H_)].refs;
-        snap[j] = id;
-        dst[j] = drift;
-        sl[j] = 0.0;
-        ++cnt;
-      }
-    }
-    if (!mark) return;
+    BoundsArgs A{m_, c_.data(), g_.data(), sl_.data(), dstamp_.data(), nrm_, ring_.data(),
+                 ta_.data(), te_.data(), drift_, screened_.data(),
+                 reuse ? static_cast<double>(n) * lam_ * (1.0 - 1e-9) : -0.5, est_.data(),
+                 ub_.data(), skip_.data(), need_.data()};
+    i64 cnt = 0;
+    const double mx = bounds_pass(A, mark, &cnt);
+    if (!mark) return mx;
     passes_ += static_cast<double>(cnt) / static_cast<double>(m_);
     n_need_ = cnt;
-    if (opt_.reuse_corr && cnt > 0) {
-      Snapshot& sn = snaps_[static_cast<size_t>(id % H_)];
-      if (id >= H_ && sn.refs > 0) {
-        // The oldest snapshot leaves the ring: its features keep their current estimate,
-        // with the projection's remainder as a fixed slack (path-length bound from now on).
-        const i64 old = id - H_;
-        for (i64 j = 0; j < m_; ++j) {
-          const size_t jj = static_cast<size_t>(j);
-          if (snap_[jj] != old) continue;
-          c_[jj] += sn.a * g_[jj];
-          sl_[jj] += nrm_[j] * sn.e;
-          dstamp_[jj] = drift_;
-          snap_[jj] = -2;
-        }
-      }
-      sn.r.assign(r_.begin(), r_.end());
-      sn.q.assign(q_.begin(), q_.end());
-      sn.refs = cnt;
-      ++n_snaps_;
+    if (!reuse || cnt == 0) return mx;
+    const double drift = drift_;
+    const std::int32_t s = static_cast<std::int32_t>(n_snaps_ % H_);
+    for (i64 q = 0; q < cnt; ++q) --refs_[static_cast<size_t>(ring_[static_cast<size_t>(need_[static_cast<size_t>(q)])])];
+    if (refs_[static_cast<size_t>(s)] > 0)  // the oldest pass leaves the ring
+      rebase_slot(m_, s, rebased_slot(), ta_[static_cast<size_t>(s)], te_[static_cast<size_t>(s)],
+                  drift, nrm_, g_.data(), c_.data(), sl_.data(), dstamp_.data(), ring_.data());
+    refs_[static_cast<size_t>(s)] = cnt;
+    for (i64 q = 0; q < cnt; ++q) {
+      const size_t j = static_cast<size_t>(need_[static_cast<size_t>(q)]);
+      ring_[j] = s;
+      dstamp_[j] = drift;
+      sl_[j] = 0.0;
     }
+    Snapshot& sn = snaps_[static_cast<size_t>(s)];
+    sn.r.assign(r_.begin(), r_.end());
+    sn.q.assign(q_.begin(), q_.end());
+    ++n_snaps_;
+    return mx;
   }
 
   // First round of a penalty without a pass (see begin); true when the gap from the bounds
   // already meets the tolerance.
-  bool virtual_step() {
-    prepare(false);
-    double maxc = 0.0;
-    for (i64 j : free_) maxc = std::max(maxc, ub_[static_cast<size_t>(j)]);
-    return round(maxc, false);
-  }
+  bool virtual_step() { return round(prepare(false), false); }
 
   // Duality gap from the correlations of the last pass (max |c_j| = maxc); true when converged
   // (or out of epochs), otherwise screens, builds the working set, runs the inner solver and
   // returns false.
   bool step(double maxc) {
-    for (i64 j : free_) {
-      const size_t jj = static_cast<size_t>(j);
-      if (skip_[jj]) continue;
-      est_[jj] = c_[jj];
-      ub_[jj] = std::abs(c_[jj]);
+    for (i64 q = 0; q < n_need_; ++q) {
+      const size_t j = static_cast<size_t>(need_[static_cast<size_t>(q)]);
+      est_[j] = c_[j];
+      ub_[j] = std::abs(c_[j]);
     }
     return round(maxc, true);
   }
@@ -572,14 +822,18 @@ class Problem {
   i64 epochs() const { return epochs_; }
   double passes() const { return passes_; }
   i64 n_need() const { return n_need_; }  // columns the next pass computes
+  const i64* need_data() const { return need_.data(); }  // their indices, ascending
   const double* residual_data() const { return r_.data(); }
   // The probe direction of the next pass, nullptr while there is none (no residual step yet).
   const double* probe_data() const { return has_probe_ ? q_.data() : nullptr; }
-  const char* skip_data() const { return skip_.data(); }
+  const char* skip_data() const { return reinterpret_cast<const char*>(skip_.data()); }
   double* corr_data() { return c_.data(); }
   double* probe_corr_data() { return g_.data(); }
 
  private:
+  std::int32_t rebased_slot() const { return static_cast<std::int32_t>(H_); }
+  std::int32_t unknown_slot() const { return static_cast<std::int32_t>(H_ + 1); }
+
   bool round(double maxc, bool exact) {
     const double n = static_cast<double>(n_);
     const double lam = lam_;
@@ -607,10 +861,11 @@ class Problem {
 
   const T* col(i64 j) const { return X_ + j * n_; }
 
-  // Nonzero coefficients (only unscreened features can be nonzero).
+  // Nonzero coefficients after an inner solve: only working-set features can have changed,
+  // and the working set holds the previous support, so they are the nonzeros of ws_.
   void refresh_support() {
     support_.clear();
-    for (i64 j : free_)
+    for (i64 j : ws_)
       if (w_[static_cast<size_t>(j)] != 0.0) support_.push_back(j);
   }
 
@@ -619,32 +874,22 @@ class Problem {
     for (i64 j : support_) axpy(-w_[static_cast<size_t>(j)], col(j), r_.data(), n_);
   }
 
-  // Upper bound of |x_j^T r| (exact for the features of the last pass).
-  double corr_bound(i64 j) const { return ub_[static_cast<size_t>(j)]; }
-
-  // Gap-safe sphere test: |x_j^T theta| + ||x_j|| rho < 1 => w_j = 0 at the optimum.
+  // Gap-safe sphere test on the bounds ub_ (exact for the features of the last pass):
+  // |x_j^T theta| + ||x_j|| rho < 1 => w_j = 0 at the optimum.
   void screen(double gap, double s, double lam) {
     const double rho = std::sqrt(2.0 * gap / (static_cast<double>(n_) * lam * lam));
-    bool changed = false;
-    const double inv_s = 1.0 / s;
+    n_free_ = screen_all(m_, ub_.data(), nrm_, 1.0 / s, rho, screened_.data(), skip_.data());
     size_t keep = 0;
-    for (size_t q = 0; q < free_.size(); ++q) {
-      const i64 j = free_[q];
-      const size_t jj = static_cast<size_t>(j);
-      if (corr_bound(j) * inv_s + nrm_[j] * rho < 1.0) {
-        screened_[jj] = 1;
-        skip_[jj] = 1;
-        if (w_[jj] != 0.0) {
-          axpy(w_[jj], col(j), r_.data(), n_);
-          w_[jj] = 0.0;
-          changed = true;
-        }
+    for (size_t q = 0; q < support_.size(); ++q) {
+      const size_t j = static_cast<size_t>(support_[q]);
+      if (screened_[j]) {
+        axpy(w_[j], col(support_[q]), r_.data(), n_);
+        w_[j] = 0.0;
       } else {
-        free_[keep++] = j;
+        support_[keep++] = support_[q];
       }
     }
-    free_.resize(keep);
-    if (changed) refresh_support();
+    support_.resize(keep);
   }
 
   // Support plus the features closest to violating the dual constraint (celer's priority),
@@ -653,31 +898,34 @@ class Problem {
   // size instead made working sets grow geometrically on coherent designs (a TopK-SAE decoder:
   // single penalty 65 -> 7.9 ms, 64 right-hand sides 3.8 -> 0.44 s at 384 x 6144).
   void build_working_set(double s) {
-    ws_.assign(free_.begin(), free_.end());
-    const i64 n_free = static_cast<i64>(ws_.size());
-    if (!opt_.working_set) return;
+    ws_.clear();
     i64 p = std::max(opt_.ws_start, 2 * static_cast<i64>(support_.size()));
-    p = std::min(p, n_free);
-    if (p < n_free) {
-      // Keys of the features with key < cut only (closest to the constraint); the cut is
-      // raised until at least p remain, so the selection sorts a few hundred, not all m.
-      keyed_.clear();
-      const double inv_s = 1.0 / s;
-      for (double cut = 0.25;; cut *= 2.0) {
-        keyed_.clear();
-        for (i64 q = 0; q < n_free; ++q) {
-          const i64 j = ws_[static_cast<size_t>(q)];
-          const size_t jj = static_cast<size_t>(j);
-          const double key = w_[jj] != 0.0 ? -std::numeric_limits<double>::infinity()
-                                           : (1.0 - std::abs(est_[jj]) * inv_s) / nrm_[j];
-          if (key < cut) keyed_.emplace_back(key, j);
-        }
-        if (static_cast<i64>(keyed_.size()) >= p || !(cut < 1e300)) break;
-      }
-      std::nth_element(keyed_.begin(), keyed_.begin() + p, keyed_.end());
-      for (i64 q = 0; q < p; ++q) ws_[static_cast<size_t>(q)] = keyed_[static_cast<size_t>(q)].second;
-      ws_.resize(static_cast<size_t>(p));
+    if (!opt_.working_set || p >= n_free_) {
+      for (i64 j = 0; j < m_; ++j)
+        if (!screened_[static_cast<size_t>(j)]) ws_.push_back(j);
+      return;
     }
+    // Keys (support first: -inf), counted below the cuts 0.25 * 2^i; the candidates are the
+    // keys below the smallest cut that leaves at least p, so the selection sorts a few
+    // hundred, not all m.
+    i64 below[kCuts];
+    ws_keys(m_, est_.data(), inv_nrm_, screened_.data(), 1.0 / s, key_.data(), below);
+    for (i64 j : support_) {
+      double& k = key_[static_cast<size_t>(j)];
+      for (int i = 0; i < kCuts; ++i)
+        if (!(k < ws_cut(i))) ++below[i];
+      k = -std::numeric_limits<double>::infinity();
+    }
+    double cut = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < kCuts; ++i)
+      if (below[i] >= p) {
+        cut = ws_cut(i);
+        break;
+      }
+    keyed_.clear();
+    keys_below(m_, key_.data(), cut, keyed_);
+    std::nth_element(keyed_.begin(), keyed_.begin() + p, keyed_.end());
+    for (i64 q = 0; q < p; ++q) ws_.push_back(keyed_[static_cast<size_t>(q)].second);
     std::sort(ws_.begin(), ws_.end());
   }
 
@@ -951,7 +1199,8 @@ class Problem {
   const T* X_;
   i64 n_, m_;
   const double* nrm2_;
-  const double* nrm_;  // column norms sqrt(nrm2_)
+  const double* nrm_;      // column norms sqrt(nrm2_)
+  const double* inv_nrm_;  // 1 / nrm_ (inf for zero columns)
   Options opt_;
   bool par_;
   int nt_;
@@ -962,12 +1211,15 @@ class Problem {
   i64 epochs_ = 0;
   int it_ = 0;
   // r_ref_: residual of the last pass; q_: unit direction of the last residual step; per
-  // feature: c_, g_ = x_j^T r_t, x_j^T q_t at snapshot snap_ (-1: never), dstamp_ = drift at t,
-  // est_ / ub_ = estimate / upper bound of x_j^T r (see begin).
-  std::vector<double> w_, c_, r_, y_, r_ref_, q_, g_, est_, ub_, dstamp_;
-  std::vector<i64> snap_;
-  std::vector<char> screened_, skip_;  // skip_: not computed by the next pass
-  std::vector<i64> support_, ws_, free_;  // free_: unscreened features, ascending
+  // feature: c_, g_ = x_j^T r_t, x_j^T q_t at the pass in ring slot ring_ (see bounds_impl),
+  // dstamp_ = drift at t, sl_ = slack after a rebase, est_ / ub_ = estimate / upper bound of
+  // x_j^T r (see begin), key_ = working-set key.
+  std::vector<double> w_, c_, r_, y_, r_ref_, q_, g_, est_, ub_, dstamp_, key_, sl_;
+  std::vector<std::int32_t> ring_;
+  // screened_ / base_screened_ (zero columns) / skip_ (not computed by the next pass): 0 or 1.
+  std::vector<u8> screened_, base_screened_, skip_;
+  std::vector<i64> need_;  // need_[0, n_need_): the features of the next pass, ascending
+  std::vector<i64> support_, ws_;
   std::vector<std::pair<double, i64>> keyed_;
   // Gram cache: slot_[j] indexes gc_ (cap_ x cap_, NaN = not yet computed), bc_ = x_j^T y.
   std::vector<i64> slot_, cached_;
@@ -975,12 +1227,14 @@ class Problem {
   i64 cap_ = 0;
   struct Snapshot {
     std::vector<double> r, q;
-    double a = 0.0, e = 0.0;
-    i64 refs = 0;  // features whose c_, g_ refer to this snapshot
   };
-  std::vector<double> sl_;  // slack of estimates rebased from a snapshot that left the ring
-  std::vector<Snapshot> snaps_;  // ring of H_ snapshots (ids n_snaps_ - H_ .. n_snaps_ - 1)
-  i64 H_ = 8, n_snaps_ = 0, unknown_ = 0, n_need_ = 0;
+  std::vector<Snapshot> snaps_;  // ring of H_ passes (pass id t in slot t % H_)
+  i64 H_ = 8;
+  // Per ring slot (plus rebased_slot() and unknown_slot()): projection a, remainder e, and the
+  // number of features referring to it.
+  std::vector<double> ta_, te_;
+  std::vector<i64> refs_;
+  i64 n_snaps_ = 0, n_need_ = 0, n_cols_ = 0, n_free_ = 0;
 };
 
 }  // namespace
@@ -1074,12 +1328,12 @@ void corr_shared(const T* X, i64 n, i64 m, const std::vector<Problem<T>*>& probs
       }
       for (; a < A; ++a) {
         Problem<T>* p = probs[static_cast<size_t>(a)];
-        const double* qv = p->probe_data();
-        const double v =
-            qv != nullptr
-                ? corr_range2(X, n, j0, j1, p->skip_data(), p->residual_data(), qv, p->corr_data(),
-                              p->probe_corr_data())
-                : corr_range(X, n, j0, j1, p->skip_data(), p->residual_data(), p->corr_data());
+        const i64* first = p->need_data();
+        const i64* last = first + p->n_need();
+        const i64* lo = std::lower_bound(first, last, j0);
+        const i64* hi = std::lower_bound(lo, last, j1);
+        const double v = corr_list(X, n, lo, hi - lo, p->residual_data(), p->probe_data(),
+                                   p->corr_data(), p->probe_corr_data());
         mx[a] = std::max(mx[a], v);
       }
     }
@@ -1110,15 +1364,19 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
   const i64 G = nt > 1 ? std::min<i64>(B, std::max<i64>(nt, (B + 7) / 8)) : 1;
   // Residual snapshots per problem for the correlation bounds: 8..64, about 64 MiB in all.
   const i64 n_snaps = std::clamp<i64>((i64{64} << 20) / std::max<i64>(1, B * 16 * n), 8, 64);
-  std::vector<double> nrm(static_cast<size_t>(m));
-  for (i64 j = 0; j < m; ++j) nrm[static_cast<size_t>(j)] = std::sqrt(col_norm2[j]);
+  std::vector<double> nrm(static_cast<size_t>(m)), inv_nrm(static_cast<size_t>(m));
+  for (i64 j = 0; j < m; ++j) {
+    nrm[static_cast<size_t>(j)] = std::sqrt(col_norm2[j]);
+    inv_nrm[static_cast<size_t>(j)] = 1.0 / nrm[static_cast<size_t>(j)];
+  }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (G > 1)
   for (i64 g = 0; g < G; ++g) {
     const int nt_in = G > 1 ? 1 : nt;
     std::vector<std::unique_ptr<Problem<T>>> probs;
     std::vector<i64> ids;
     for (i64 b = g; b < B; b += G) {
-      probs.emplace_back(std::make_unique<Problem<T>>(X, n, m, col_norm2, nrm.data(), Y + b * n, opt,
+      probs.emplace_back(std::make_unique<Problem<T>>(X, n, m, col_norm2, nrm.data(), inv_nrm.data(),
+                                                      Y + b * n, opt,
                                                       nt_in > 1, nt_in, n_snaps));
       if (w0 != nullptr) probs.back()->set_warm(w0 + b * m);
       ids.push_back(b);
@@ -1148,11 +1406,9 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
         out.epochs[row] = prob.epochs();
         out.passes[row] = prob.passes();
         const auto& w = prob.coef();
-        for (i64 j = 0; j < m; ++j) {
-          if (w[static_cast<size_t>(j)] != 0.0) {
-            idx[row].push_back(j);
-            val[row].push_back(w[static_cast<size_t>(j)]);
-          }
+        for (i64 j : prob.support()) {
+          idx[row].push_back(j);
+          val[row].push_back(w[static_cast<size_t>(j)]);
         }
       }
     }
