@@ -147,6 +147,8 @@ class lasso:  # submodule rml_fast._C.lasso
     def col_norm2(
         X: npt.NDArray[np.floating[Any]], n_threads: int = 0
     ) -> tuple[npt.NDArray[np.float64], bool]: ...
+    @staticmethod
+    def bookkeeping_isa() -> str: ...
 
 class gravitree:  # submodule rml_fast._C.gravitree
     class Search:

@@ -135,4 +135,7 @@ void register_lasso(py::module_ m) {
   m.def("col_norm2", &col_norm2, "X"_a, "n_threads"_a = 0,
         "Squared column norms of a Fortran-ordered X (n, m) in float64, and whether every entry\n"
         "of X is finite: (norm2 (m,), finite). One pass over X, OpenMP over columns.");
+  m.def("bookkeeping_isa", &rml::lasso::bookkeeping_isa,
+        "Instruction set of the solver's per-feature bookkeeping loops: 'avx2' or 'portable'\n"
+        "(RML_FAST_LASSO_PORTABLE=1 in the environment forces 'portable').");
 }

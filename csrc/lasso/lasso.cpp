@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -114,9 +115,16 @@ template <typename T>
 RML_INLINE double corr_list_impl(const T* X, i64 n, const i64* idx, i64 cnt, const double* r,
                                  const double* qv, double* c, double* g) {
   double mx = 0.0;
+  constexpr i64 kLine = 64 / static_cast<i64>(sizeof(T));
   for (i64 q = 0; q < cnt; ++q) {
     const i64 j = idx[q];
     const T* x = X + j * n;
+#if defined(__GNUC__)
+    if (q + 1 < cnt) {  // the needed columns are scattered: fetch the next one meanwhile
+      const T* nx = X + idx[q + 1] * n;
+      for (i64 i = 0; i < n; i += kLine) __builtin_prefetch(nx + i);
+    }
+#endif
     if (qv == nullptr) {
       double s = 0.0;
 #pragma omp simd reduction(+ : s)
@@ -309,8 +317,10 @@ using u8 = unsigned char;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RML_LASSO_AVX2 1
 #define RML_AVX2 __attribute__((target("avx2,fma")))
+// RML_FAST_LASSO_PORTABLE=1 in the environment forces the portable loops (for tests).
 bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          std::getenv("RML_FAST_LASSO_PORTABLE") == nullptr;
   return has;
 }
 #else
@@ -1425,6 +1435,8 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
     out.values.insert(out.values.end(), val[row].begin(), val[row].end());
   }
 }
+
+const char* bookkeeping_isa() { return cpu_has_avx2() ? "avx2" : "portable"; }
 
 template void path<float>(const float*, i64, i64, const float*, i64, const double*, i64,
                           const double*, const double*, const Options&, PathResult&);

@@ -47,4 +47,8 @@ void path(const T* X, std::int64_t n, std::int64_t m, const T* Y, std::int64_t B
 template <typename T>
 bool col_norm2(const T* X, std::int64_t n, std::int64_t m, double* out, int n_threads);
 
+// Instruction set of the per-feature bookkeeping loops in use: "avx2" or "portable"
+// (RML_FAST_LASSO_PORTABLE=1 in the environment forces "portable").
+const char* bookkeeping_isa();
+
 }  // namespace rml::lasso
