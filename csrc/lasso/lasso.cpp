@@ -947,6 +947,7 @@ class Problem {
       if (slot_[static_cast<size_t>(j)] < 0) ++n_new;
     if (static_cast<i64>(cached_.size()) + n_new > kGramCap) evict_cache();
     grow_cache(static_cast<i64>(cached_.size()) + n_new);
+    const i64 first_new = static_cast<i64>(cached_.size());  // slots >= this are new
     std::vector<i64> fresh;  // working-set positions of the features new to the cache
     for (i64 a = 0; a < k; ++a) {
       const i64 j = ws_[static_cast<size_t>(a)];
@@ -956,6 +957,10 @@ class Problem {
       bc_.push_back(dot_xr(col(j), y_.data(), n_));
       fresh.push_back(a);
     }
+    std::vector<i64>& sl = ws_slot_;  // cache slot of every working-set feature
+    sl.resize(static_cast<size_t>(k));
+    for (i64 a = 0; a < k; ++a) sl[static_cast<size_t>(a)] = slot_[static_cast<size_t>(ws_[static_cast<size_t>(a)])];
+    auto row = [&](i64 s) { return &gc_[static_cast<size_t>(s * cap_)]; };
     // Rows of the new features against the whole working set (blocked: see gram_rows).
     const bool par = par_ && n_new * n_ * k >= (1 << 24);
     if (!fresh.empty()) {
@@ -966,47 +971,44 @@ class Problem {
       std::vector<double> rows(static_cast<size_t>(F * k));
       gram_rows(xn, xw, n_, rows.data(), par ? nt_ : 1);
       for (i64 f = 0; f < F; ++f) {
-        const i64 sa = slot_[static_cast<size_t>(ws_[static_cast<size_t>(fresh[static_cast<size_t>(f)])])];
-        for (i64 q = 0; q < k; ++q)
-          gc_[static_cast<size_t>(sa * cap_ + slot_[static_cast<size_t>(ws_[static_cast<size_t>(q)])])] =
-              rows[static_cast<size_t>(f * k + q)];
+        double* ga = row(sl[static_cast<size_t>(fresh[static_cast<size_t>(f)])]);
+        const double* rf = &rows[static_cast<size_t>(f * k)];
+        for (i64 q = 0; q < k; ++q) ga[sl[static_cast<size_t>(q)]] = rf[q];
       }
     }
     // Mirror: the cell of (old q, new a) from the row of a; between two new features the
     // value of the earlier one (deterministic).
     for (size_t f = 0; f < fresh.size(); ++f) {
-      const i64 sa = slot_[static_cast<size_t>(ws_[static_cast<size_t>(fresh[f])])];
+      const i64 sa = sl[static_cast<size_t>(fresh[f])];
+      const double* ga = row(sa);
       for (i64 q = 0; q < k; ++q) {
-        const i64 sq = slot_[static_cast<size_t>(ws_[static_cast<size_t>(q)])];
-        const bool q_fresh = sq >= static_cast<i64>(cached_.size()) - n_new;
-        if (q_fresh && sq < sa)
-          gc_[static_cast<size_t>(sa * cap_ + sq)] = gc_[static_cast<size_t>(sq * cap_ + sa)];
+        const i64 sq = sl[static_cast<size_t>(q)];
+        double* gq = row(sq);
+        if (sq >= first_new && sq < sa)
+          row(sa)[sq] = gq[sa];
         else
-          gc_[static_cast<size_t>(sq * cap_ + sa)] = gc_[static_cast<size_t>(sa * cap_ + sq)];
+          gq[sa] = ga[sq];
       }
     }
     // Pairs of old features never in one working set before.
     for (i64 a = 0; a < k; ++a) {
-      const i64 ja = ws_[static_cast<size_t>(a)];
-      const i64 sa = slot_[static_cast<size_t>(ja)];
+      const i64 sa = sl[static_cast<size_t>(a)];
+      if (sa >= first_new) continue;  // rows of new features are complete
+      double* ga = row(sa);
       for (i64 q = a + 1; q < k; ++q) {
-        const i64 jq = ws_[static_cast<size_t>(q)];
-        const i64 sq = slot_[static_cast<size_t>(jq)];
-        double& cell = gc_[static_cast<size_t>(sa * cap_ + sq)];
-        if (std::isnan(cell)) {
-          cell = col_dot(col(ja), col(jq), n_);
-          gc_[static_cast<size_t>(sq * cap_ + sa)] = cell;
-        }
+        const i64 sq = sl[static_cast<size_t>(q)];
+        if (sq >= first_new || !std::isnan(ga[sq])) continue;
+        ga[sq] = col_dot(col(ws_[static_cast<size_t>(a)]), col(ws_[static_cast<size_t>(q)]), n_);
+        row(sq)[sa] = ga[sq];
       }
     }
     G.resize(static_cast<size_t>(k * k));
     b.resize(static_cast<size_t>(k));
     for (i64 a = 0; a < k; ++a) {
-      const i64 sa = slot_[static_cast<size_t>(ws_[static_cast<size_t>(a)])];
-      for (i64 q = 0; q < k; ++q)
-        G[static_cast<size_t>(a * k + q)] =
-            gc_[static_cast<size_t>(sa * cap_ + slot_[static_cast<size_t>(ws_[static_cast<size_t>(q)])])];
-      b[static_cast<size_t>(a)] = bc_[static_cast<size_t>(sa)];
+      const double* ga = row(sl[static_cast<size_t>(a)]);
+      double* Ga = &G[static_cast<size_t>(a * k)];
+      for (i64 q = 0; q < k; ++q) Ga[q] = ga[sl[static_cast<size_t>(q)]];
+      b[static_cast<size_t>(a)] = bc_[static_cast<size_t>(sl[static_cast<size_t>(a)])];
     }
   }
 
@@ -1232,7 +1234,7 @@ class Problem {
   std::vector<i64> support_, ws_;
   std::vector<std::pair<double, i64>> keyed_;
   // Gram cache: slot_[j] indexes gc_ (cap_ x cap_, NaN = not yet computed), bc_ = x_j^T y.
-  std::vector<i64> slot_, cached_;
+  std::vector<i64> slot_, cached_, ws_slot_;
   std::vector<double> gc_, bc_;
   i64 cap_ = 0;
   struct Snapshot {
