@@ -111,7 +111,7 @@ class _BlockedSplitProduct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, re, im, dre, dim, weight, gh, g0):  # type: ignore[override]
-        B, Fn, C = re.shape
+        B, Fn, _ = re.shape
         dt = re.dtype
         G, a, bo = 2 * g0, weight.shape[1], weight.shape[2]
         nb = weight.shape[0] // G
@@ -128,11 +128,6 @@ class _BlockedSplitProduct(torch.autograd.Function):
         torch.neg(top[..., 1], out=wblk[:, :, 1, ..., 0])
         wblk[:, :, 1, ..., 1] = top[..., 0]
         wblk = wblk.reshape(Fn * g0, 2 * a, X)
-        A = torch.empty(Fn, g0, B, 2, a, dtype=dt)
-        A[:, :, :, 0] = re.reshape(B, Fn, g0, a).permute(1, 2, 0, 3)
-        A[:, :, :, 1] = im.reshape(B, Fn, g0, a).permute(1, 2, 0, 3)
-        A = A.reshape(Fn * g0, B, 2 * a)
-        yf = torch.bmm(A, wblk).reshape(Fn, g0, B, nb, bo, 2)
         # density: U (F, g0, nb, b, [re, im]) = sum_i ghat W
         u = torch.bmm(ghk.reshape(Fn * g0, 1, a), wq[:, :g0].reshape(Fn * g0, a, X))
         u = u.reshape(Fn, g0, nb, bo, 2)
@@ -143,16 +138,19 @@ class _BlockedSplitProduct(torch.autograd.Function):
         dr, di = dre[:, :, None, None, None], dim[:, :, None, None, None]
         torch.mul(dr, ur, out=y_re[:, :, :, :g0]).addcmul_(di, ui, value=-1)
         torch.mul(dr, ui, out=y_im[:, :, :, :g0]).addcmul_(di, ur)
-        y_re[:, :, :, g0:] = yf[..., 0].permute(2, 0, 3, 1, 4)
-        y_im[:, :, :, g0:] = yf[..., 1].permute(2, 0, 3, 1, 4)
-        ctx.save_for_backward(A, wblk, dre, dim, wq, gh, u)
+        # feature term, a chunk of bins at a time (the per-bin copies stay cache-sized)
+        for f0, f1, A in _bin_chunks(re, im, g0, a):
+            yf = torch.bmm(A, wblk[f0 * g0 : f1 * g0]).reshape(f1 - f0, g0, B, nb, bo, 2)
+            y_re[:, f0:f1, :, g0:] = yf[..., 0].permute(2, 0, 3, 1, 4)
+            y_im[:, f0:f1, :, g0:] = yf[..., 1].permute(2, 0, 3, 1, 4)
+        ctx.save_for_backward(re, im, wblk, dre, dim, wq, gh, u)
         ctx.g0, ctx.wshape, ctx.wdtype = g0, weight.shape, weight.dtype
         return y_re.reshape(B, Fn, -1), y_im.reshape(B, Fn, -1)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_re, g_im):  # type: ignore[override]
-        A, wblk, dre, dim, wq, gh, u = ctx.saved_tensors
+        re, im, wblk, dre, dim, wq, gh, u = ctx.saved_tensors
         g0 = ctx.g0
         B, Fn = dre.shape
         dt = dre.dtype
@@ -160,18 +158,33 @@ class _BlockedSplitProduct(torch.autograd.Function):
         C, X = g0 * a, nb * bo * 2
         gr5 = g_re.reshape(B, Fn, nb, G, bo)
         gi5 = g_im.reshape(B, Fn, nb, G, bo)
-        # feature term: gY in the per-bin layout (F g0, B, nb b 2)
-        gY = torch.empty(Fn, g0, B, nb, bo, 2, dtype=dt)
-        gY[..., 0] = gr5[:, :, :, g0:].permute(1, 3, 0, 2, 4)
-        gY[..., 1] = gi5[:, :, :, g0:].permute(1, 3, 0, 2, 4)
-        gY = gY.reshape(Fn * g0, B, X)
         n_re, n_im, n_dr, n_di, n_w, n_gh, _ = ctx.needs_input_grad
         gre = gim = gdr = gdi = gw = ggh = None
-        if n_re or n_im:
-            gA = torch.bmm(gY, wblk.transpose(1, 2)).reshape(Fn, g0, B, 2, a)
-            gA = gA.permute(2, 0, 1, 3, 4)  # (B, F, g0, 2, a)
-            gre = gA[:, :, :, 0].reshape(B, Fn, C)
-            gim = gA[:, :, :, 1].reshape(B, Fn, C)
+        need_z, need_w = n_re or n_im, n_w or n_gh
+        if need_z:
+            gre = torch.empty(B, Fn, g0, a, dtype=dt)
+            gim = torch.empty_like(gre)
+        gtop = torch.empty(Fn, g0, a, nb, bo, 2, dtype=dt) if need_w else None
+        # feature term, chunks of bins: gY (F g0, B, nb b 2) -> dL/dZ and dL/dWblk
+        for f0, f1, A in _bin_chunks(re, im, g0, a, build=need_w):
+            n = f1 - f0
+            gY = torch.empty(n, g0, B, nb, bo, 2, dtype=dt)
+            gY[..., 0] = gr5[:, f0:f1, :, g0:].permute(1, 3, 0, 2, 4)
+            gY[..., 1] = gi5[:, f0:f1, :, g0:].permute(1, 3, 0, 2, 4)
+            gY = gY.reshape(n * g0, B, X)
+            if need_z:
+                gA = torch.bmm(gY, wblk[f0 * g0 : f1 * g0].transpose(1, 2))
+                gA = gA.reshape(n, g0, B, 2, a).permute(2, 0, 1, 3, 4)  # (B, n, g0, 2, a)
+                gre[:, f0:f1] = gA[:, :, :, 0]
+                gim[:, f0:f1] = gA[:, :, :, 1]
+            if need_w:
+                gWb = torch.bmm(A.transpose(1, 2), gY).reshape(n, g0, 2, a, nb, bo, 2)
+                gt = gtop[f0:f1]
+                gt.copy_(gWb[:, :, 0])
+                gt[..., 0] += gWb[:, :, 1, ..., 1]
+                gt[..., 1] -= gWb[:, :, 1, ..., 0]
+        if need_z:
+            gre, gim = gre.reshape(B, Fn, C), gim.reshape(B, Fn, C)
         ur = u[..., 0].permute(0, 2, 1, 3)  # (F, nb, g0, b)
         ui = u[..., 1].permute(0, 2, 1, 3)
         gdr_ = gr5[:, :, :, :g0]  # (B, F, nb, g0, b)
@@ -179,13 +192,8 @@ class _BlockedSplitProduct(torch.autograd.Function):
         if n_dr or n_di:
             gdr = torch.einsum("bfnko,fnko->bf", gdr_, ur) + torch.einsum("bfnko,fnko->bf", gdi_, ui)
             gdi = torch.einsum("bfnko,fnko->bf", gdi_, ur) - torch.einsum("bfnko,fnko->bf", gdr_, ui)
-        if n_w or n_gh:
+        if need_w:
             ghk = gh.reshape(Fn, g0, a)
-            # feature filter: dL/dWblk folded back to the planes, (F, g0, a, nb, b, [re, im])
-            gWb = torch.bmm(A.transpose(1, 2), gY).reshape(Fn, g0, 2, a, nb, bo, 2)
-            gtop = gWb[:, :, 0].clone()
-            gtop[..., 0] += gWb[:, :, 1, ..., 1]
-            gtop[..., 1] -= gWb[:, :, 1, ..., 0]
             # density: dL/dU (F, g0, nb, b, [re, im])
             gu = torch.empty(Fn, g0, nb, bo, 2, dtype=dt)
             gu[..., 0].permute(0, 2, 1, 3).copy_(
@@ -208,6 +216,29 @@ class _BlockedSplitProduct(torch.autograd.Function):
                 gwc = torch.view_as_complex(gWq).permute(3, 1, 2, 4, 0).contiguous()
                 gw = torch.view_as_real(gwc).to(ctx.wdtype).reshape(ctx.wshape)
         return gre, gim, gdr, gdi, gw, ggh, None
+
+
+# bytes of one chunk of the per-bin copy of the spectra in _BlockedSplitProduct
+_BIN_CHUNK_BYTES = 4 * 2**20
+
+
+def _bin_chunks(re: torch.Tensor, im: torch.Tensor, g0: int, a: int, build: bool = True):
+    """Yield ``(f0, f1, A)`` over chunks of frequency bins, ``A`` of shape ((f1-f0) g0, B, 2a)
+    the spectra of the feature channels in the per-bin layout ``[Re Z, Im Z]`` (None if not
+    ``build``)."""
+    B, Fn, _ = re.shape
+    per_bin = max(1, g0 * B * 2 * a * re.element_size())
+    step = max(1, min(Fn, _BIN_CHUNK_BYTES // per_bin))
+    re4, im4 = re.reshape(B, Fn, g0, a), im.reshape(B, Fn, g0, a)
+    for f0 in range(0, Fn, step):
+        f1 = min(Fn, f0 + step)
+        A = None
+        if build:
+            A = torch.empty(f1 - f0, g0, B, 2, a, dtype=re.dtype)
+            A[:, :, :, 0] = re4[:, f0:f1].permute(1, 2, 0, 3)
+            A[:, :, :, 1] = im4[:, f0:f1].permute(1, 2, 0, 3)
+            A = A.reshape((f1 - f0) * g0, B, 2 * a)
+        yield f0, f1, A
 
 class SetFourierConv(nn.Module):
     """Set-Fourier convolution: scattered features at ``x_kv`` -> functions at ``x_q``.
@@ -358,7 +389,7 @@ class SetFourierConv(nn.Module):
         mixed = bool(dens[g0 : g0 + len(feat_groups)].any())
         # the layout of _BlockedSplitProduct: density-only groups 0..G/2-1, feature-only groups
         # G/2..G-1, input i of group g = channel (g mod G/2) a + i
-        blocked = G % 2 == 0 and not mixed and g0 == G // 2 and L == a
+        blocked = G % 2 == 0 and not mixed and g0 == G // 2 and a == L
         if blocked:
             want = (torch.arange(G)[:, None] % (G // 2)) * a + torch.arange(a)[None, :]
             blocked = bool(torch.equal(chan, want)) and bool(dens[: G // 2].all())
