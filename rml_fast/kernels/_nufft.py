@@ -32,8 +32,12 @@ import torch
 
 __all__ = ["FineGridSetup", "nufft_type1", "nufft_type2", "prefer_nufft", "setup_for"]
 
-# Fine-grid bytes above which the batch is processed in chunks (keeps peak memory bounded).
-_CHUNK_BYTES = 32 * 2**20
+# Fine-grid bytes per chunk of the batch: the spread grid, its FFT and the mode copy of one
+# chunk stay in the L2 cache, and one grid buffer is reused by all chunks of a call (round 4:
+# 1 MiB instead of 32 MiB made the 1-D type 1 / type 2 at B = 64, C = 128, N = 500 1.9x / 1.3x
+# faster on one thread, and the 2-D transforms 1.1x-1.6x; fresh multi-MiB buffers page-fault
+# and the FFT passes over them miss the cache).
+_CHUNK_BYTES = 2**20
 
 
 def _next_smooth(n: int) -> int:
@@ -135,18 +139,19 @@ def prefer_nufft(grid, n_points: int, channels: int, dtype: torch.dtype) -> bool
     ``n_points`` points per batch element.
 
     Cost model (per batch element and channel, in units of one direct-sum multiply-add):
-    direct ``P F``; NUFFT ``a P w^d + 5 n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5`` with
-    the polynomial kernel (float32), 4 with the exact one (float64). Calibrated from
-    single-thread timings of both paths at B = 64, C = 128 (1-D, F = 50) and B = 16, C = 256
-    (2-D, F = 1225) on a shared machine, leaning to the direct sums where the timings were
-    mixed: the NUFFT path is taken from about 200 points per set on the default 1-D grid and
-    about 370 on the 2-D image grid.
+    direct ``P F``; NUFFT ``a P w^d + c n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5`` with
+    the polynomial kernel (float32), 4 with the exact one (float64); ``c = 3`` in 1-D, 5 in
+    2-D. Calibrated from single-thread timings of both paths at B = 64, C = 128 (1-D, F = 50;
+    round 4, cache-sized chunks: crossover ~100 points for type 1, ~145 for type 2) and
+    B = 16, C = 256 (2-D, F = 1225) on a shared machine: the NUFFT path is taken from about
+    120 points per set on the default 1-D grid and about 370 on the 2-D image grid.
     """
     st = setup_for(grid, dtype)
     cells = math.prod(st.nf)
     direct = n_points * grid.n_freq
     a = 1.5 if st.poly is not None else 4.0
-    nufft = a * n_points * st.w**st.dim + 5.0 * cells * math.log2(cells)
+    c = 3.0 if st.dim == 1 else 5.0
+    nufft = a * n_points * st.w**st.dim + c * cells * math.log2(cells)
     return direct > nufft
 
 
@@ -230,9 +235,10 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     step = _chunk(B, cells, Cp, vv.element_size())
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
     axes = (1,) if st.dim == 1 else (1, 2)
+    gbuf = torch.empty(step, *st.nf, Cp, dtype=dtype)
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
-        g = torch.empty(b1 - b0, *st.nf, Cp, dtype=dtype)
+        g = gbuf[: b1 - b0]
         _C.nudft.spread(
             x[b0:b1].numpy(),
             vv[b0:b1].numpy(),

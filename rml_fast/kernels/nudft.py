@@ -367,8 +367,8 @@ class _Type2(torch.autograd.Function):
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             # dL/dre = w sum_m g cos, dL/dim = -s w sum_m g sin  (a type 1 with sign -s)
             r1, i1, _, _ = t1(x, g, grid, -s, False)
-            gre = r1 * w[:, None]
-            gim = i1 * w[:, None]
+            gre = r1.mul_(w[:, None])  # fresh outputs of the raw transform: scale in place
+            gim = i1.mul_(w[:, None])
         if ctx.needs_input_grad[0]:
             xi = grid.xi_as(x)
             cols = []

@@ -85,6 +85,161 @@ def gaussian_envelope(xi: torch.Tensor, lengthscale: torch.Tensor) -> torch.Tens
     return (2 * math.pi) ** (d / 2) * lengthscale.prod(0) * torch.exp(-2 * math.pi**2 * quad)
 
 
+class _BlockedSplitProduct(torch.autograd.Function):
+    r"""The split spectral product of the blocked group layout as one autograd node.
+
+    Layout (``G = 2 g0`` groups of ``a = 2C / G`` inputs): groups ``0..g0-1`` hold only density
+    inputs, groups ``g0..G-1`` only feature inputs, and input ``i`` of group ``g`` is channel
+    ``(g mod g0) a + i``. Per frequency bin ``f`` and block ``n``:
+
+    .. math::
+
+        \hat Y_{n,g<g_0,o} = \hat D\, U_{n,g,o},\quad U_{n,g,o} = \sum_i \hat g_{c(g,i)} W_{n,g,i,o};
+        \qquad \hat Y_{n,g_0+k,o} = \sum_i \hat Z_{c(k,i)}\, \hat g_{c(k,i)} W_{n,g_0+k,i,o}
+
+    The feature term is one real GEMM per (bin, feature group) over the whole batch and all
+    blocks: ``[Re Z, Im Z] (B, 2a)`` times the real block matrix ``[[Wr, Wi], [-Wi, Wr]]``
+    ``(2a, nb 2b)``. The backward is written by hand (two GEMMs per bin and group, the rank-one
+    density terms, the envelope gradient) so that the layout copies of the torch graph of
+    :meth:`SetFourierConv._split_product` (weight permutes, index / cat / pad and their
+    backward) are replaced by one copy into and one out of the per-bin layout each way.
+
+    Inputs: ``re, im`` (B, F, C), ``dre, dim`` (B, F), the filter parameter ``weight``
+    (nb G, a, b, F, 2) and the envelope ``gh`` (F, C); outputs ``(y_re, y_im)`` of shape
+    (B, F, nb G b).
+    """
+
+    @staticmethod
+    def forward(ctx, re, im, dre, dim, weight, gh, g0):  # type: ignore[override]
+        B, Fn, _ = re.shape
+        dt = re.dtype
+        G, a, bo = 2 * g0, weight.shape[1], weight.shape[2]
+        nb = weight.shape[0] // G
+        X = nb * bo * 2  # columns of one (bin, group): (block, output, [re, im])
+        # the filter once in the per-bin layout (F, G, a, nb, b, [re, im]): one copy of
+        # complex elements (the parameter keeps its (nb G, a, b, F, 2) layout)
+        wc = torch.view_as_complex(weight.to(dt).reshape(nb, G, a, bo, Fn, 2))
+        wq = torch.view_as_real(wc.permute(4, 1, 2, 0, 3).contiguous())
+        ghk = gh.reshape(Fn, g0, a)
+        # block filter (F, g0, [re, im] inputs, a, nb, b, [re, im] outputs), envelope folded
+        # in: rows Re Z -> (Wr, Wi), rows Im Z -> (-Wi, Wr) = i W
+        wblk = torch.empty(Fn, g0, 2, a, nb, bo, 2, dtype=dt)
+        top = torch.mul(wq[:, g0:], ghk[:, :, :, None, None, None], out=wblk[:, :, 0])
+        torch.neg(top[..., 1], out=wblk[:, :, 1, ..., 0])
+        wblk[:, :, 1, ..., 1] = top[..., 0]
+        wblk = wblk.reshape(Fn * g0, 2 * a, X)
+        # density: U (F, g0, nb, b, [re, im]) = sum_i ghat W
+        u = torch.bmm(ghk.reshape(Fn * g0, 1, a), wq[:, :g0].reshape(Fn * g0, a, X))
+        u = u.reshape(Fn, g0, nb, bo, 2)
+        ur = u[..., 0].permute(0, 2, 1, 3)  # (F, nb, g0, b)
+        ui = u[..., 1].permute(0, 2, 1, 3)
+        y_re = torch.empty(B, Fn, nb, G, bo, dtype=dt)
+        y_im = torch.empty_like(y_re)
+        dr, di = dre[:, :, None, None, None], dim[:, :, None, None, None]
+        torch.mul(dr, ur, out=y_re[:, :, :, :g0]).addcmul_(di, ui, value=-1)
+        torch.mul(dr, ui, out=y_im[:, :, :, :g0]).addcmul_(di, ur)
+        # feature term, a chunk of bins at a time (the per-bin copies stay cache-sized)
+        for f0, f1, A in _bin_chunks(re, im, g0, a):
+            yf = torch.bmm(A, wblk[f0 * g0 : f1 * g0]).reshape(f1 - f0, g0, B, nb, bo, 2)
+            y_re[:, f0:f1, :, g0:] = yf[..., 0].permute(2, 0, 3, 1, 4)
+            y_im[:, f0:f1, :, g0:] = yf[..., 1].permute(2, 0, 3, 1, 4)
+        ctx.save_for_backward(re, im, wblk, dre, dim, wq, gh, u)
+        ctx.g0, ctx.wshape, ctx.wdtype = g0, weight.shape, weight.dtype
+        return y_re.reshape(B, Fn, -1), y_im.reshape(B, Fn, -1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_re, g_im):  # type: ignore[override]
+        re, im, wblk, dre, dim, wq, gh, u = ctx.saved_tensors
+        g0 = ctx.g0
+        B, Fn = dre.shape
+        dt = dre.dtype
+        _, G, a, nb, bo, _ = wq.shape
+        C, X = g0 * a, nb * bo * 2
+        gr5 = g_re.reshape(B, Fn, nb, G, bo)
+        gi5 = g_im.reshape(B, Fn, nb, G, bo)
+        n_re, n_im, n_dr, n_di, n_w, n_gh, _ = ctx.needs_input_grad
+        gre = gim = gdr = gdi = gw = ggh = None
+        need_z, need_w = n_re or n_im, n_w or n_gh
+        if need_z:
+            gre = torch.empty(B, Fn, g0, a, dtype=dt)
+            gim = torch.empty_like(gre)
+        gtop = torch.empty(Fn, g0, a, nb, bo, 2, dtype=dt) if need_w else None
+        # feature term, chunks of bins: gY (F g0, B, nb b 2) -> dL/dZ and dL/dWblk
+        for f0, f1, A in _bin_chunks(re, im, g0, a, build=need_w):
+            n = f1 - f0
+            gY = torch.empty(n, g0, B, nb, bo, 2, dtype=dt)
+            gY[..., 0] = gr5[:, f0:f1, :, g0:].permute(1, 3, 0, 2, 4)
+            gY[..., 1] = gi5[:, f0:f1, :, g0:].permute(1, 3, 0, 2, 4)
+            gY = gY.reshape(n * g0, B, X)
+            if need_z:
+                gA = torch.bmm(gY, wblk[f0 * g0 : f1 * g0].transpose(1, 2))
+                gA = gA.reshape(n, g0, B, 2, a).permute(2, 0, 1, 3, 4)  # (B, n, g0, 2, a)
+                gre[:, f0:f1] = gA[:, :, :, 0]
+                gim[:, f0:f1] = gA[:, :, :, 1]
+            if need_w:
+                gWb = torch.bmm(A.transpose(1, 2), gY).reshape(n, g0, 2, a, nb, bo, 2)
+                gt = gtop[f0:f1]
+                gt.copy_(gWb[:, :, 0])
+                gt[..., 0] += gWb[:, :, 1, ..., 1]
+                gt[..., 1] -= gWb[:, :, 1, ..., 0]
+        if need_z:
+            gre, gim = gre.reshape(B, Fn, C), gim.reshape(B, Fn, C)
+        ur = u[..., 0].permute(0, 2, 1, 3)  # (F, nb, g0, b)
+        ui = u[..., 1].permute(0, 2, 1, 3)
+        gdr_ = gr5[:, :, :, :g0]  # (B, F, nb, g0, b)
+        gdi_ = gi5[:, :, :, :g0]
+        if n_dr or n_di:
+            gdr = torch.einsum("bfnko,fnko->bf", gdr_, ur) + torch.einsum("bfnko,fnko->bf", gdi_, ui)
+            gdi = torch.einsum("bfnko,fnko->bf", gdi_, ur) - torch.einsum("bfnko,fnko->bf", gdr_, ui)
+        if need_w:
+            ghk = gh.reshape(Fn, g0, a)
+            # density: dL/dU (F, g0, nb, b, [re, im])
+            gu = torch.empty(Fn, g0, nb, bo, 2, dtype=dt)
+            gu[..., 0].permute(0, 2, 1, 3).copy_(
+                torch.einsum("bfnko,bf->fnko", gdr_, dre)
+            ).add_(torch.einsum("bfnko,bf->fnko", gdi_, dim))
+            gu[..., 1].permute(0, 2, 1, 3).copy_(
+                torch.einsum("bfnko,bf->fnko", gdi_, dre)
+            ).sub_(torch.einsum("bfnko,bf->fnko", gdr_, dim))
+            gu = gu.reshape(Fn * g0, X, 1)
+            if n_gh:
+                gf = (gtop * wq[:, g0:]).sum((3, 4, 5))  # (F, g0, a)
+                gd = torch.bmm(wq[:, :g0].reshape(Fn * g0, a, X), gu).reshape(Fn, g0, a)
+                ggh = (gf + gd).reshape(Fn, C)
+            if n_w:
+                gWq = torch.empty_like(wq)  # (F, G, a, nb, b, 2)
+                torch.mul(gtop, ghk[:, :, :, None, None, None], out=gWq[:, g0:])
+                gWq[:, :g0] = torch.bmm(
+                    ghk.reshape(Fn * g0, a, 1), gu.reshape(Fn * g0, 1, X)
+                ).reshape(Fn, g0, a, nb, bo, 2)
+                gwc = torch.view_as_complex(gWq).permute(3, 1, 2, 4, 0).contiguous()
+                gw = torch.view_as_real(gwc).to(ctx.wdtype).reshape(ctx.wshape)
+        return gre, gim, gdr, gdi, gw, ggh, None
+
+
+# bytes of one chunk of the per-bin copy of the spectra in _BlockedSplitProduct
+_BIN_CHUNK_BYTES = 4 * 2**20
+
+
+def _bin_chunks(re: torch.Tensor, im: torch.Tensor, g0: int, a: int, build: bool = True):
+    """Yield ``(f0, f1, A)`` over chunks of frequency bins, ``A`` of shape ((f1-f0) g0, B, 2a)
+    the spectra of the feature channels in the per-bin layout ``[Re Z, Im Z]`` (None if not
+    ``build``)."""
+    B, Fn, _ = re.shape
+    per_bin = max(1, g0 * B * 2 * a * re.element_size())
+    step = max(1, min(Fn, _BIN_CHUNK_BYTES // per_bin))
+    re4, im4 = re.reshape(B, Fn, g0, a), im.reshape(B, Fn, g0, a)
+    for f0 in range(0, Fn, step):
+        f1 = min(Fn, f0 + step)
+        A = None
+        if build:
+            A = torch.empty(f1 - f0, g0, B, 2, a, dtype=re.dtype)
+            A[:, :, :, 0] = re4[:, f0:f1].permute(1, 2, 0, 3)
+            A[:, :, :, 1] = im4[:, f0:f1].permute(1, 2, 0, 3)
+            A = A.reshape((f1 - f0) * g0, B, 2 * a)
+        yield f0, f1, A
+
 class SetFourierConv(nn.Module):
     """Set-Fourier convolution: scattered features at ``x_kv`` -> functions at ``x_q``.
 
@@ -132,6 +287,9 @@ class SetFourierConv(nn.Module):
     """
 
     _blocks = 1  # kernel-group blocks: 1 (linear) for SFConv, 2R + 1 for SFVConv
+    #: Use the one-node split product (:class:`_BlockedSplitProduct`) where the group layout
+    #: allows it (blocked pairing, even ``G``, CPU); False: the torch-graph split product.
+    fused_product = True
 
     def __init__(
         self,
@@ -229,6 +387,12 @@ class SetFourierConv(nn.Module):
         if not torch.equal(fchan.flatten(), torch.arange(C)):
             return None
         mixed = bool(dens[g0 : g0 + len(feat_groups)].any())
+        # the layout of _BlockedSplitProduct: density-only groups 0..G/2-1, feature-only groups
+        # G/2..G-1, input i of group g = channel (g mod G/2) a + i
+        blocked = G % 2 == 0 and not mixed and g0 == G // 2 and a == L
+        if blocked:
+            want = (torch.arange(G)[:, None] % (G // 2)) * a + torch.arange(a)[None, :]
+            blocked = bool(torch.equal(chan, want)) and bool(dens[: G // 2].all())
         return {
             "chan": chan,  # (G, a): channel of every input
             "dens": dens,  # (G, a): whether the input is a density channel
@@ -237,6 +401,7 @@ class SetFourierConv(nn.Module):
             "rows": rows[0],  # (L,): rows of the feature inputs within a group
             "L": L,
             "mixed": mixed,  # feature groups also hold density inputs
+            "blocked": blocked,  # the layout of _BlockedSplitProduct
         }
 
     # -- pieces ---------------------------------------------------------------------------
@@ -324,6 +489,8 @@ class SetFourierConv(nn.Module):
         G, L = self.groups, lay["L"]
         g0, g1 = lay["g0"], lay["g1"]
         gh = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
+        if lay["blocked"] and self.fused_product and re.device.type == "cpu":
+            return _BlockedSplitProduct.apply(re, im, dre, dim, self.weight, gh, g0)
         w_re, w_im = self._weight_planes(self.weight, re.dtype)  # (F, nb, G, a, b)
         # density term: U (F, nb, G, b)
         dev = gh.device  # the index maps live on the CPU

@@ -140,6 +140,72 @@ def test_split_product_equals_embedding_path(cls, kw, split, dim) -> None:
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
+
+@pytest.mark.parametrize(
+    ("cls", "kw"),
+    [
+        (SetFourierConv, dict(groups=4)),
+        (SetFourierConv, dict(groups=2, output_feature_mixing=True)),
+        (SetFourierVolterraConv, dict(groups=2, volterra_rank=2)),
+        (SetFourierVolterraConv, dict(groups=4, volterra_rank=1)),
+    ],
+)
+@pytest.mark.parametrize("dim", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_split_product_equals_graph_paths(cls, kw, dim, dtype, monkeypatch) -> None:
+    """The one-node blocked split product (hand-written backward) equals the torch-graph split
+    product and the embedding formulation: outputs and every gradient (inputs, filter,
+    lengthscales, mixing), float64 to 1e-10 and float32 to 1e-5 (relative to the largest)."""
+    from rml_fast.neural_processes import sfconv
+
+    calls = []
+    orig = sfconv._BlockedSplitProduct.apply
+    monkeypatch.setattr(
+        sfconv._BlockedSplitProduct, "apply", lambda *a: calls.append(1) or orig(*a)
+    )
+    torch.manual_seed(0)
+    conv = cls(dim, 8, 8, 1.5, 0.25, **kw).to(dtype)
+    assert conv._layout["blocked"]
+    x, q = _pts(3, 9, dim, -1.5, 1.5, 1).to(dtype), _pts(3, 5, dim, -1.5, 1.5, 2).to(dtype)
+    z = torch.randn(3, 9, 8, generator=_gen(3), dtype=dtype, requires_grad=True)
+    params = [z, *conv.parameters()]
+    outs = []
+    for mode in ("fused", "graph", "embedding"):
+        conv.fused_product = mode == "fused"
+        if mode == "embedding":
+            conv._layout = None
+        y = conv(z, q, x)
+        outs.append((y, torch.autograd.grad(y.square().sum(), params)))
+    assert len(calls) == 1
+    # several bin chunks (the cache-sized per-bin copies) give the same result
+    monkeypatch.setattr(sfconv, "_BIN_CHUNK_BYTES", 1)
+    conv.fused_product, conv._layout = True, conv._split_layout()
+    y = conv(z, q, x)
+    outs.append((y, torch.autograd.grad(y.square().sum(), params)))
+    assert len(calls) == 2
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    y0, g0 = outs[0]
+    for y, g in outs[1:]:
+        torch.testing.assert_close(y0, y, rtol=0, atol=tol * float(y.detach().abs().max()))
+        for a, b in zip(g0, g, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=tol * float(b.abs().max()))
+
+
+def test_fused_split_product_gradcheck_and_fallbacks() -> None:
+    """gradcheck of the fused layer (values, positions, filter, lengthscales) in float64; the
+    layouts it does not cover (one group, interleaved pairing, low rank) keep the other paths."""
+    torch.manual_seed(4)
+    conv = SetFourierConv(1, 2, 4, 1.0, 0.25, groups=2).double()
+    assert conv._layout["blocked"]
+    xc, xq = _pts(2, 5, 1, -1, 1, 0).requires_grad_(), _pts(2, 4, 1, -1, 1, 1)
+    z = torch.randn(2, 5, 2, dtype=torch.float64, requires_grad=True)
+    w, r = conv.weight, conv.raw_lengthscale
+    assert torch.autograd.gradcheck(lambda z, xc, w, r: conv(z, xq, xc), (z, xc, w, r))
+    assert not SetFourierConv(1, 4, 4, groups=1)._layout["blocked"]
+    itl = SetFourierConv(1, 4, 4, groups=2, density_feature_pairing="interleaved")
+    assert not itl._layout["blocked"]
+    assert SetFourierConv(1, 6, 6, groups=3)._layout is None
+
 def test_low_rank_equals_full_filter_uv() -> None:
     torch.manual_seed(2)
     lr = SetFourierConv(1, 3, 4, 2.0, 0.2, groups=2, low_rank=True, rank=3).double()
