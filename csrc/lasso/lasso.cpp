@@ -730,7 +730,6 @@ class Problem {
   // The per-feature loops run over all m features as vectorised passes over flat arrays
   // (bounds_pass, screen_all, ws_keys), not over a list of unscreened ones.
   void begin(double lam) {
-    prev_lam_ = lam_;  // 0 before the first penalty
     lam_ = lam;
     tol_abs_ = opt_.tol * yy_ / (2.0 * static_cast<double>(n_));
     std::copy(base_screened_.begin(), base_screened_.end(), screened_.begin());
@@ -738,7 +737,6 @@ class Problem {
     n_free_ = n_cols_;
     residual();  // the support carries over from the last penalty (or the warm start)
     epochs_ = 0;
-    it_ = 0;
     gap_ = 0.0;
     passes_ = 0.0;
   }
@@ -865,7 +863,6 @@ class Problem {
       epochs_ += inner_residual(lam, tol_in, budget);
     refresh_support();
     residual();
-    ++it_;
     return false;
   }
 
@@ -1217,11 +1214,10 @@ class Problem {
   bool par_;
   int nt_;
   double yy_ = 0.0;
-  double lam_ = 0.0, prev_lam_ = 0.0, tol_abs_ = 0.0, gap_ = 0.0;
+  double lam_ = 0.0, tol_abs_ = 0.0, gap_ = 0.0;
   double drift_ = 0.0, passes_ = 0.0;  // path length of the residual; passes over X (this lam)
   bool has_ref_ = false, has_probe_ = false;
   i64 epochs_ = 0;
-  int it_ = 0;
   // r_ref_: residual of the last pass; q_: unit direction of the last residual step; per
   // feature: c_, g_ = x_j^T r_t, x_j^T q_t at the pass in ring slot ring_ (see bounds_impl),
   // dstamp_ = drift at t, sl_ = slack after a rebase, est_ / ub_ = estimate / upper bound of

@@ -140,7 +140,6 @@ def test_split_product_equals_embedding_path(cls, kw, split, dim) -> None:
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
 
 
-
 @pytest.mark.parametrize(
     ("cls", "kw"),
     [
@@ -205,6 +204,7 @@ def test_fused_split_product_gradcheck_and_fallbacks() -> None:
     itl = SetFourierConv(1, 4, 4, groups=2, density_feature_pairing="interleaved")
     assert not itl._layout["blocked"]
     assert SetFourierConv(1, 6, 6, groups=3)._layout is None
+
 
 def test_low_rank_equals_full_filter_uv() -> None:
     torch.manual_seed(2)
