@@ -242,6 +242,44 @@ class nudft:  # submodule rml_fast._C.nudft
         poly: npt.NDArray[np.float64] | None = None,
     ) -> None: ...
     @staticmethod
+    def nufft1_1d(
+        x: npt.NDArray[np.floating[Any]],
+        v: npt.NDArray[np.floating[Any]],
+        nf: list[int],
+        dxi: list[float],
+        w: int,
+        beta: float,
+        poly: npt.NDArray[np.float64] | None,
+        K: int,
+        scale: npt.NDArray[np.float64],
+        sign_im: int,
+        re: npt.NDArray[np.floating[Any]],
+        im: npt.NDArray[np.floating[Any]],
+        dens_re: npt.NDArray[np.floating[Any]] | None = None,
+        dens_im: npt.NDArray[np.floating[Any]] | None = None,
+    ) -> None: ...
+    @staticmethod
+    def nufft2_1d(
+        x: npt.NDArray[np.floating[Any]],
+        re: npt.NDArray[np.floating[Any]],
+        im: npt.NDArray[np.floating[Any]],
+        nf: list[int],
+        dxi: list[float],
+        w: int,
+        beta: float,
+        poly: npt.NDArray[np.float64] | None,
+        K: int,
+        scale: npt.NDArray[np.float64],
+        sign_im: int,
+        y: npt.NDArray[np.floating[Any]],
+    ) -> None: ...
+    @staticmethod
+    def row_fft(
+        re: npt.NDArray[np.floating[Any]],
+        im: npt.NDArray[np.floating[Any]],
+        sign: int,
+    ) -> None: ...
+    @staticmethod
     def modes_out(
         S: npt.NDArray[np.complexfloating[Any, Any]],
         K: list[int],

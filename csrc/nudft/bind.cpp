@@ -2,11 +2,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <complex>
 #include <string>
 #include <vector>
 
 #include "nudft/nudft.hpp"
+#include "nudft/row_fft.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -175,6 +177,65 @@ void interp_impl(const py::array& x, const py::array& g, const rml::nudft::FineG
 
 bool is_f64(const py::array& a) { return a.dtype().is(py::dtype::of<double>()); }
 
+// The fused 1-D transforms need an even fine grid with the modes below its Nyquist row.
+void check_fused_1d(const rml::nudft::FineGrid& fg, std::int64_t K) {
+  if (fg.dim != 1) throw py::value_error("nf must have one entry (1-D)");
+  if (fg.nf[0] % 2 != 0) throw py::value_error("nf must be even");
+  if (K < 0 || K >= fg.nf[0] / 2) throw py::value_error("K must be in [0, nf / 2)");
+}
+
+template <typename T>
+void nufft1_1d_impl(const py::array& x, const py::array& v, const rml::nudft::FineGrid& fg,
+                    std::int64_t K, const py::array& scale, int sign_im, py::array& re,
+                    py::array& im, const py::object& dens_re, const py::object& dens_im) {
+  if (x.ndim() != 3 || v.ndim() != 3) throw py::value_error("x and v must be 3-D");
+  const py::ssize_t B = x.shape(0), N = x.shape(1), C = v.shape(2), F = K + 1;
+  const T* xp = in_view<T>(x, "x", {B, N, 1});
+  const T* vp = in_view<T>(v, "v", {B, N, C});
+  const double* scp = in_view<double>(scale, "scale", {F});
+  T* rp = out_view<T>(re, "re", {B, F, C});
+  T* ip = out_view<T>(im, "im", {B, F, C});
+  T* drp = nullptr;
+  T* dip = nullptr;
+  if (!dens_re.is_none()) {
+    py::array dr = dens_re.cast<py::array>(), di = dens_im.cast<py::array>();
+    drp = out_view<T>(dr, "dens_re", {B, F});
+    dip = out_view<T>(di, "dens_im", {B, F});
+  }
+  py::gil_scoped_release release;
+  rml::nudft::nufft1_1d<T>(xp, vp, B, N, C, drp != nullptr, fg, K, scp, sign_im, rp, ip, drp, dip);
+}
+
+template <typename T>
+void nufft2_1d_impl(const py::array& x, const py::array& re, const py::array& im,
+                    const rml::nudft::FineGrid& fg, std::int64_t K, const py::array& scale,
+                    int sign_im, py::array& y) {
+  if (x.ndim() != 3 || re.ndim() != 3) throw py::value_error("x and re must be 3-D");
+  const py::ssize_t B = x.shape(0), M = x.shape(1), O = re.shape(2), F = K + 1;
+  const T* xp = in_view<T>(x, "x", {B, M, 1});
+  const T* rp = in_view<T>(re, "re", {B, F, O});
+  const T* ip = in_view<T>(im, "im", {B, F, O});
+  const double* scp = in_view<double>(scale, "scale", {F});
+  T* yp = out_view<T>(y, "y", {B, M, O});
+  py::gil_scoped_release release;
+  rml::nudft::nufft2_1d<T>(xp, rp, ip, B, M, O, fg, K, scp, sign_im, yp);
+}
+
+template <typename T>
+void row_fft_impl(py::array& re, py::array& im, int sign) {
+  if (re.ndim() != 2) throw py::value_error("re must be 2-D (n, C)");
+  const py::ssize_t n = re.shape(0), C = re.shape(1);
+  T* rp = out_view<T>(re, "re", {n, C});
+  T* ip = out_view<T>(im, "im", {n, C});
+  const rml::nudft::RowFFT<T> fft(n, sign);
+  py::gil_scoped_release release;
+  std::vector<T> wr(static_cast<std::size_t>(n * C)), wi(static_cast<std::size_t>(n * C));
+  if (!fft.run(rp, ip, wr.data(), wi.data(), C)) {
+    std::copy(wr.begin(), wr.end(), rp);
+    std::copy(wi.begin(), wi.end(), ip);
+  }
+}
+
 // Complex spectrum arrays (complex64 / complex128) viewed as interleaved real pairs.
 template <typename T>
 const T* complex_view(const py::array& a, const char* name, const std::vector<py::ssize_t>& shape) {
@@ -329,6 +390,61 @@ void register_nudft(py::module_ m) {
       "x"_a, "g"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "y"_a, "poly"_a = py::none(),
       "NUFFT interpolation (adjoint of spread): y[b,m,o] = sum_j phi(j - u(x[b,m])) g[b,j,o]; "
       "poly as for spread.");
+  m.def(
+      "nufft1_1d",
+      [](const py::array& x, const py::array& v, const std::vector<std::int64_t>& nf,
+         const std::vector<double>& dxi, int w, double beta, const py::object& poly,
+         std::int64_t K, const py::array& scale, int sign_im, py::array re, py::array im,
+         const py::object& dens_re, const py::object& dens_im) {
+        check_sign(sign_im);
+        if (dens_re.is_none() != dens_im.is_none()) {
+          throw py::value_error("dens_re and dens_im must both be arrays or both None");
+        }
+        auto fg = make_fine_grid(nf, dxi, w, beta);
+        attach_poly(fg, poly);
+        check_fused_1d(fg, K);
+        if (is_f64(x)) {
+          nufft1_1d_impl<double>(x, v, fg, K, scale, sign_im, re, im, dens_re, dens_im);
+        } else {
+          nufft1_1d_impl<float>(x, v, fg, K, scale, sign_im, re, im, dens_re, dens_im);
+        }
+      },
+      "x"_a, "v"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "poly"_a, "K"_a, "scale"_a, "sign_im"_a,
+      "re"_a, "im"_a, "dens_re"_a = py::none(), "dens_im"_a = py::none(),
+      "Fused 1-D type 1 = modes_out(rfft(spread(x, v))) per batch element (no grid array): "
+      "x [B,N,1], v [B,N,C] -> re/im [B,K+1,C] (and the density [B,K+1] with dens_re/dens_im).");
+  m.def(
+      "nufft2_1d",
+      [](const py::array& x, const py::array& re, const py::array& im,
+         const std::vector<std::int64_t>& nf, const std::vector<double>& dxi, int w,
+         double beta, const py::object& poly, std::int64_t K, const py::array& scale,
+         int sign_im, py::array y) {
+        check_sign(sign_im);
+        auto fg = make_fine_grid(nf, dxi, w, beta);
+        attach_poly(fg, poly);
+        check_fused_1d(fg, K);
+        if (is_f64(x)) {
+          nufft2_1d_impl<double>(x, re, im, fg, K, scale, sign_im, y);
+        } else {
+          nufft2_1d_impl<float>(x, re, im, fg, K, scale, sign_im, y);
+        }
+      },
+      "x"_a, "re"_a, "im"_a, "nf"_a, "dxi"_a, "w"_a, "beta"_a, "poly"_a, "K"_a, "scale"_a,
+      "sign_im"_a, "y"_a,
+      "Fused 1-D type 2 = interp(irfft(modes_in(re, im), n=nf)): re/im [B,K+1,O] -> y [B,M,O].");
+  m.def(
+      "row_fft",
+      [](py::array re, py::array im, int sign) {
+        check_sign(sign);
+        if (is_f64(re)) {
+          row_fft_impl<double>(re, im, sign);
+        } else {
+          row_fft_impl<float>(re, im, sign);
+        }
+      },
+      "re"_a, "im"_a, "sign"_a,
+      "In-place unnormalised complex FFT along axis 0 of the planes re, im (n, C), n a product "
+      "of 2, 3 and 5: out[k] = sum_j in[j] exp(sign 2 pi i j k / n).");
   m.def(
       "modes_out",
       [](const py::array& S, const std::vector<std::int64_t>& K, const py::array& scale,

@@ -1,8 +1,10 @@
 #include "nudft/nudft.hpp"
+#include "nudft/row_fft.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstring>
 #include <vector>
 
 #include "common/parallel.hpp"
@@ -276,6 +278,21 @@ constexpr int kMaxWidth = 32;
 // (fg.poly, degree fg.degree, row-major [degree + 1][w], highest power first, in t = 2 s - 1)
 // the w values are evaluated by Horner's rule, vectorised over the nodes (no exp / sqrt per
 // node); without one, exactly.
+// Horner's rule for the w = W node polynomials at once ([degree + 1][W] table, highest power
+// first). With W fixed the W partial sums stay in registers; with a run-time width they went
+// through memory at every degree, a store-to-load chain that cost more than the spreading FMAs.
+template <int W>
+__attribute__((always_inline)) inline void horner(const double* c, int degree, double t,
+                                                  double* out) {
+  double acc[W];
+  for (int i = 0; i < W; ++i) acc[i] = c[i];
+  for (int k = 1; k <= degree; ++k) {
+    c += W;
+    for (int i = 0; i < W; ++i) acc[i] = acc[i] * t + c[i];
+  }
+  for (int i = 0; i < W; ++i) out[i] = acc[i];
+}
+
 inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, const FineGrid& fg,
                                double* out) {
   const int w = fg.w;
@@ -286,11 +303,17 @@ inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, const Fine
   const double j0 = std::ceil(u - half);
   if (fg.poly != nullptr) {
     const double tt = 2.0 * (j0 - (u - half)) - 1.0;
-    const double* c = fg.poly;
-    for (int i = 0; i < w; ++i) out[i] = c[i];
-    for (int k = 1; k <= fg.degree; ++k) {
-      c += w;
-      for (int i = 0; i < w; ++i) out[i] = out[i] * tt + c[i];
+    if (w == 8) {
+      horner<8>(fg.poly, fg.degree, tt, out);
+    } else if (w == 9) {
+      horner<9>(fg.poly, fg.degree, tt, out);
+    } else {
+      const double* c = fg.poly;
+      for (int i = 0; i < w; ++i) out[i] = c[i];
+      for (int k = 1; k <= fg.degree; ++k) {
+        c += w;
+        for (int i = 0; i < w; ++i) out[i] = out[i] * tt + c[i];
+      }
     }
   } else {
     for (int i = 0; i < w; ++i) {
@@ -301,6 +324,71 @@ inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, const Fine
   }
   std::int64_t j = static_cast<std::int64_t>(j0) % nf;
   return j < 0 ? j + nf : j;
+}
+
+// Kernel weights of P points along one axis, vectorised across the points: coordinate xa[p]
+// (x along that axis), first node j[p] (mod nf) and weight k[i * ld + p] of node i (ld >= P
+// rounded up to 8; tt is scratch of that size). Same values as es_weights. With the polynomial
+// kernel, Horner's rule runs on eight points per vector and the w node polynomials as w
+// independent chains (es_weights evaluates one point at a time: a chain of degree dependent
+// FMAs per point).
+template <int W>
+__attribute__((always_inline)) inline void horner_block(const double* c, int degree,
+                                                        const double* tt, std::int64_t P,
+                                                        double* k, std::int64_t ld) {
+  typedef double V __attribute__((vector_size(64)));
+  for (std::int64_t p0 = 0; p0 < P; p0 += 8) {
+    V t;
+    std::memcpy(&t, tt + p0, sizeof(V));
+    V acc[W];
+    for (int i = 0; i < W; ++i) acc[i] = V{} + c[i];
+    for (int d = 1; d <= degree; ++d) {
+      const double* cd = c + d * W;
+      for (int i = 0; i < W; ++i) acc[i] = acc[i] * t + cd[i];
+    }
+    for (int i = 0; i < W; ++i) std::memcpy(k + i * ld + p0, &acc[i], sizeof(V));
+  }
+}
+
+RML_MULTIVERSION void axis_weights(const double* xa, std::int64_t P, int axis, const FineGrid& fg,
+                                   std::int64_t* j, double* tt, double* k, std::int64_t ld) {
+  const int w = fg.w;
+  const std::int64_t nf = fg.nf[axis];
+  const double nfd = static_cast<double>(nf), half = 0.5 * w, dxi = fg.dxi[axis];
+  const std::int64_t Pv = (P + 7) / 8 * 8;
+  for (std::int64_t p = 0; p < P; ++p) {
+    double t = dxi * xa[p];
+    t -= std::floor(t);
+    const double u = t * nfd;
+    const double j0 = std::ceil(u - half);
+    tt[p] = 2.0 * (j0 - (u - half)) - 1.0;  // t = 2 s - 1, s = j0 - (u - w/2) in [0, 1)
+    std::int64_t jj = static_cast<std::int64_t>(j0) % nf;
+    j[p] = jj < 0 ? jj + nf : jj;
+  }
+  for (std::int64_t p = P; p < Pv; ++p) tt[p] = 0.0;
+  if (fg.poly != nullptr && w == 8) {
+    horner_block<8>(fg.poly, fg.degree, tt, Pv, k, ld);
+  } else if (fg.poly != nullptr && w == 9) {
+    horner_block<9>(fg.poly, fg.degree, tt, Pv, k, ld);
+  } else if (fg.poly != nullptr) {
+    for (std::int64_t p = 0; p < P; ++p) {
+      const double* c = fg.poly;
+      for (int i = 0; i < w; ++i) k[i * ld + p] = c[i];
+      for (int d = 1; d <= fg.degree; ++d) {
+        c += w;
+        for (int i = 0; i < w; ++i) k[i * ld + p] = k[i * ld + p] * tt[p] + c[i];
+      }
+    }
+  } else {
+    for (std::int64_t p = 0; p < P; ++p) {
+      const double sp = 0.5 * (tt[p] + 1.0);  // node i sits at offset s + i - w/2 from u
+      for (int i = 0; i < w; ++i) {
+        const double z = (sp + i - half) / half;
+        const double q = 1.0 - z * z;
+        k[i * ld + p] = q > 0.0 ? std::exp(fg.beta * (std::sqrt(q) - 1.0)) : 0.0;
+      }
+    }
+  }
 }
 
 // The periodic stencil of one point, shared by spreading and interpolation: calls
@@ -354,6 +442,123 @@ __attribute__((always_inline)) inline void prefetch_row(const T* row, std::int64
   }
 }
 
+// out[0, n) = sum_s wt[s] * rows[s][0, n): the register-blocked core of the gather-form
+// spreading and of the interpolation. Channel blocks of four 64-byte vectors stay in
+// registers across all S rows and are stored once (the scatter form loaded and stored the
+// output row once per row: on Zen 4 the 64-byte stores, most of them split across cache lines
+// by the C + 1 channel stride, cost more than the FMAs).
+template <typename T>
+__attribute__((always_inline)) inline void weighted_rows(std::int64_t n, std::int64_t S,
+                                                         const T* const* rows, const T* wt,
+                                                         T* out) {
+  typedef T V __attribute__((vector_size(64)));
+  constexpr std::int64_t L = 64 / sizeof(T);
+  std::int64_t c = 0;
+  for (; c + 4 * L <= n; c += 4 * L) {
+    V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (std::int64_t s = 0; s < S; ++s) {
+      const T* p = rows[s] + c;
+      V x0, x1, x2, x3;
+      std::memcpy(&x0, p, sizeof(V));
+      std::memcpy(&x1, p + L, sizeof(V));
+      std::memcpy(&x2, p + 2 * L, sizeof(V));
+      std::memcpy(&x3, p + 3 * L, sizeof(V));
+      const T k = wt[s];
+      a0 += k * x0;
+      a1 += k * x1;
+      a2 += k * x2;
+      a3 += k * x3;
+    }
+    std::memcpy(out + c, &a0, sizeof(V));
+    std::memcpy(out + c + L, &a1, sizeof(V));
+    std::memcpy(out + c + 2 * L, &a2, sizeof(V));
+    std::memcpy(out + c + 3 * L, &a3, sizeof(V));
+  }
+  for (; c + L <= n; c += L) {
+    V a = {};
+    for (std::int64_t s = 0; s < S; ++s) {
+      V x;
+      std::memcpy(&x, rows[s] + c, sizeof(V));
+      a += wt[s] * x;
+    }
+    std::memcpy(out + c, &a, sizeof(V));
+  }
+  for (; c < n; ++c) {
+    T a = T(0);
+    for (std::int64_t s = 0; s < S; ++s) a += wt[s] * rows[s][c];
+    out[c] = a;
+  }
+}
+
+// Scratch of the 1-D gather-form spreading, reused across the batch elements of one thread.
+template <typename T>
+struct GatherScratch {
+  std::vector<double> xa, tt, k;                // coordinates, scratch, weights [w, ld] by point
+  std::vector<std::int64_t> first, start, cur;  // first stencil node; counting sort by it
+  std::vector<T> ks, vs;                        // weights [w, N] and values [N, C], sorted
+  std::vector<const T*> rows;                   // per cell: the value rows of its points
+  std::vector<T> cw;                            // per cell: their weights
+};
+
+// 1-D spreading in gather form: grid row r = sum over the points whose stencil covers r
+// (first node j0 in r - w + 1 .. r) of weight * value row, accumulated in registers and
+// written once; every row is overwritten (no zeroing needed). Row r (Cg = C + ones values) is
+// written at (r even ? even : odd) + (r / 2) pair_ld: the grid [nf, Cg] itself with even = g,
+// odd = g + Cg, pair_ld = 2 Cg, or the split planes of a packed real FFT. The points are
+// counting-sorted by j0 and their value rows copied into that order first (read in memory
+// order, so the gather below streams through a contiguous, cache-resident copy). Same sums as
+// the scatter form (spread_one), in another order.
+template <typename T>
+RML_MULTIVERSION void spread_gather_1d(const T* xb, const T* vb, std::int64_t N, std::int64_t C,
+                                       bool ones, const FineGrid& fg, GatherScratch<T>& s,
+                                       T* even, T* odd, std::int64_t pair_ld) {
+  const int w = fg.w;
+  const std::int64_t nf = fg.nf[0], ld = (N + 7) / 8 * 8;
+  const auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+  s.xa.resize(sz(N));
+  s.tt.resize(sz(ld));
+  s.k.resize(sz(w * ld));
+  s.first.resize(sz(N));
+  s.start.assign(sz(nf + 1), 0);
+  s.ks.resize(sz(w * N));
+  s.vs.resize(sz(N * C));
+  s.rows.resize(sz(N));
+  s.cw.resize(sz(N));
+  for (std::int64_t n = 0; n < N; ++n) s.xa[sz(n)] = static_cast<double>(xb[n]);
+  axis_weights(s.xa.data(), N, 0, fg, s.first.data(), s.tt.data(), s.k.data(), ld);
+  for (std::int64_t n = 0; n < N; ++n) ++s.start[sz(s.first[sz(n)] + 1)];
+  for (std::int64_t c = 0; c < nf; ++c) s.start[sz(c + 1)] += s.start[sz(c)];
+  s.cur.assign(s.start.begin(), s.start.end() - 1);
+  T* vs = s.vs.data();
+  T* ks = s.ks.data();
+  const double* k = s.k.data();
+  for (std::int64_t n = 0; n < N; ++n) {
+    const std::int64_t q = s.cur[sz(s.first[sz(n)])]++;
+    std::memcpy(vs + q * C, vb + n * C, sizeof(T) * static_cast<std::size_t>(C));
+    for (int t = 0; t < w; ++t) ks[t * N + q] = static_cast<T>(k[t * ld + n]);
+  }
+  const T** rows = s.rows.data();
+  T* cw = s.cw.data();
+  for (std::int64_t r = 0; r < nf; ++r) {
+    std::int64_t S = 0;
+    T dens = T(0);
+    for (int t = 0; t < w; ++t) {
+      std::int64_t c = r - t;
+      if (c < 0) c += nf;
+      const T* kt = ks + t * N;
+      for (std::int64_t q = s.start[sz(c)]; q < s.start[sz(c + 1)]; ++q) {
+        rows[S] = vs + q * C;
+        cw[S] = kt[q];
+        dens += kt[q];
+        ++S;
+      }
+    }
+    T* row = ((r & 1) != 0 ? odd : even) + (r >> 1) * pair_ld;
+    weighted_rows<T>(C, S, rows, cw, row);
+    if (ones) row[C] = dens;
+  }
+}
+
 // Spreads the points of one batch element onto its (zeroed) grid gb [cells, Cg]:
 // channel-contiguous axpy per stencil cell, the density channel (ones) last.
 template <typename T>
@@ -377,24 +582,49 @@ RML_MULTIVERSION void spread_one(const T* xb, const T* vb, const std::int64_t* o
   }
 }
 
-// Interpolates the grid gb [cells, O] of one batch element at the points q in [m0, m1).
+// Interpolates the grid gb [cells, O] of one batch element at the points q in [m0, m1): per
+// block of kBlock points the axis weights are computed together (axis_weights), then the w^d
+// stencil rows of each point are summed in registers per channel block (weighted_rows).
+constexpr std::int64_t kBlock = 64;
 template <typename T>
 RML_MULTIVERSION void interp_some(const T* xb, const T* gb, const std::int64_t* order,
                                   std::int64_t m0, std::int64_t m1, std::int64_t O,
                                   const FineGrid& fg, T* yb) {
-  for (std::int64_t q = m0; q < m1; ++q) {
-    const std::int64_t m = order != nullptr ? order[q] : q;
-    if (order != nullptr && q + kPrefetch < m1) {
-      const std::int64_t mm = order[q + kPrefetch];
-      prefetch_row(yb + mm * O, O, 1);
-      __builtin_prefetch(xb + mm * fg.dim, 0, 3);
+  const int d = fg.dim, w = fg.w;
+  const std::int64_t nf0 = fg.nf[0], nf1 = d == 2 ? fg.nf[1] : 1;
+  double xa[kBlock], tt[kBlock], k0[kMaxWidth * kBlock], k1[kMaxWidth * kBlock];
+  std::int64_t idx[kBlock], j0[kBlock], j1[kBlock];
+  const T* rows[kMaxWidth * kMaxWidth];
+  T wt[kMaxWidth * kMaxWidth];
+  for (std::int64_t b0 = m0; b0 < m1; b0 += kBlock) {
+    const std::int64_t P = std::min(kBlock, m1 - b0);
+    for (std::int64_t p = 0; p < P; ++p) idx[p] = order != nullptr ? order[b0 + p] : b0 + p;
+    for (std::int64_t p = 0; p < P; ++p) xa[p] = static_cast<double>(xb[idx[p] * d]);
+    axis_weights(xa, P, 0, fg, j0, tt, k0, kBlock);
+    if (d == 2) {
+      for (std::int64_t p = 0; p < P; ++p) xa[p] = static_cast<double>(xb[idx[p] * d + 1]);
+      axis_weights(xa, P, 1, fg, j1, tt, k1, kBlock);
     }
-    T* __restrict yr = yb + m * O;
-    for (std::int64_t o = 0; o < O; ++o) yr[o] = T(0);
-    visit_stencil<T>(fg, xb + m * fg.dim, [&](std::int64_t cell, T k) {
-      const T* __restrict row = gb + cell * O;
-      for (std::int64_t o = 0; o < O; ++o) yr[o] += k * row[o];
-    });
+    for (std::int64_t p = 0; p < P; ++p) {
+      if (order != nullptr && p + kPrefetch < P) prefetch_row(yb + idx[p + kPrefetch] * O, O, 1);
+      std::int64_t S = 0;
+      for (int i = 0; i < w; ++i) {
+        std::int64_t r0 = j0[p] + i;
+        if (r0 >= nf0) r0 -= nf0;
+        if (d == 1) {
+          rows[S] = gb + r0 * O;
+          wt[S++] = static_cast<T>(k0[i * kBlock + p]);
+          continue;
+        }
+        for (int l = 0; l < w; ++l) {
+          std::int64_t r1 = j1[p] + l;
+          if (r1 >= nf1) r1 -= nf1;
+          rows[S] = gb + (r0 * nf1 + r1) * O;
+          wt[S++] = static_cast<T>(k0[i * kBlock + p] * k1[l * kBlock + p]);
+        }
+      }
+      weighted_rows<T>(O, S, rows, wt, yb + idx[p] * O);
+    }
   }
 }
 
@@ -437,9 +667,14 @@ void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t
 #pragma omp parallel if (parallel)
   {
     std::vector<std::int64_t> order, key;
+    GatherScratch<T> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t b = 0; b < B; ++b) {
       T* gb = g + b * cells * Cg;
+      if (d == 1) {
+        spread_gather_1d<T>(x + b * N, v + b * N * C, N, C, ones, fg, scratch, gb, gb + Cg, 2 * Cg);
+        continue;
+      }
       std::fill(gb, gb + cells * Cg, T(0));
       const T* xb = x + b * N * d;
       const bool sort = cells * Cg * static_cast<std::int64_t>(sizeof(T)) > kSortBytes;
@@ -477,6 +712,198 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
     interp_some<T>(x + b * M * d, g + b * cells * O, order, m0, m1, O, fg, y + b * M * O);
   }
 }
+
+namespace {
+
+// 1-D interpolation from a grid whose row j sits at (j even ? even : odd) + (j / 2) pair_ld
+// (see spread_gather_1d): y[m, o] = sum_i phi_i(x_m) row(j0(x_m) + i)[o].
+template <typename T>
+RML_MULTIVERSION void interp_pairs_1d(const T* xb, std::int64_t M, std::int64_t O,
+                                      const FineGrid& fg, const T* even, const T* odd,
+                                      std::int64_t pair_ld, T* yb) {
+  const int w = fg.w;
+  const std::int64_t nf = fg.nf[0];
+  double xa[kBlock], tt[kBlock], k0[kMaxWidth * kBlock];
+  std::int64_t j0[kBlock];
+  const T* rows[kMaxWidth];
+  T wt[kMaxWidth];
+  for (std::int64_t b0 = 0; b0 < M; b0 += kBlock) {
+    const std::int64_t P = std::min(kBlock, M - b0);
+    for (std::int64_t p = 0; p < P; ++p) xa[p] = static_cast<double>(xb[b0 + p]);
+    axis_weights(xa, P, 0, fg, j0, tt, k0, kBlock);
+    for (std::int64_t p = 0; p < P; ++p) {
+      for (int i = 0; i < w; ++i) {
+        std::int64_t r = j0[p] + i;
+        if (r >= nf) r -= nf;
+        rows[i] = ((r & 1) != 0 ? odd : even) + (r >> 1) * pair_ld;
+        wt[i] = static_cast<T>(k0[i * kBlock + p]);
+      }
+      weighted_rows<T>(O, w, rows, wt, yb + (b0 + p) * O);
+    }
+  }
+}
+
+// Packed real FFT, forward half: from Z = DFT_h(z), z_m = g_{2m} + i g_{2m+1} (planes zr, zi
+// [h, ld]), the spectrum X_k = E_k + e^{-2 pi i k / n} O_k of the real g (n = 2h) for
+// k = 0..K, with E_k = (Z_k + conj Z_{h-k}) / 2, O_k = (Z_k - conj Z_{h-k}) / (2i), written as
+// re = scale_k Re X_k, im = sign_im scale_k Im X_k for channels < C and channel C (the density)
+// into dre / dim when given.
+template <typename T>
+RML_MULTIVERSION void unpack_modes(const T* zr, const T* zi, std::int64_t h, std::int64_t ld,
+                                   std::int64_t C, std::int64_t K, const double* scale,
+                                   int sign_im, T* re, T* im, T* dre, T* dim) {
+  const double n = 2.0 * static_cast<double>(h);
+  for (std::int64_t k = 0; k <= K; ++k) {
+    const std::int64_t kc = k == 0 ? 0 : h - k;
+    const double th = kTwoPi * static_cast<double>(k) / n;
+    const T sc = static_cast<T>(scale[k]), si = static_cast<T>(sign_im * scale[k]);
+    const T cs = static_cast<T>(0.5 * std::cos(th)), sn = static_cast<T>(0.5 * std::sin(th));
+    const T* __restrict ar = zr + k * ld;
+    const T* __restrict ai = zi + k * ld;
+    const T* __restrict br = zr + kc * ld;
+    const T* __restrict bi = zi + kc * ld;
+    T* __restrict ro = re + k * C;
+    T* __restrict io = im + k * C;
+    const auto mode = [&](std::int64_t c, T& xr, T& xi) {
+      // 2E = a + conj b, 2O = -i (a - conj b); X = E + (cos - i sin) O.
+      const T er = ar[c] + br[c], ei = ai[c] - bi[c];
+      const T orr = ai[c] + bi[c], oi = br[c] - ar[c];
+      xr = T(0.5) * er + cs * orr + sn * oi;
+      xi = T(0.5) * ei + cs * oi - sn * orr;
+    };
+    for (std::int64_t c = 0; c < C; ++c) {
+      T xr, xi;
+      mode(c, xr, xi);
+      ro[c] = sc * xr;
+      io[c] = si * xi;
+    }
+    if (dre != nullptr) {
+      T xr, xi;
+      mode(C, xr, xi);
+      dre[k] = sc * xr;
+      dim[k] = si * xi;
+    }
+  }
+}
+
+// Packed real FFT, inverse half: the planes Z (zr, zi [h, ld]) whose inverse DFT_h gives
+// z_m = g_{2m} + i g_{2m+1} for g = irfft(X, n = 2h) (numpy's normalisation, 1 / n), where
+// X_k = scale_k (re_k + i sign_im im_k) for k = 1..K, X_0 = scale_0 re_0 and X_k = 0 above K:
+// Z_k = (E_k + i O_k) 2 / n with E_k = (X_k + conj X_{h-k}) / 2,
+// O_k = e^{2 pi i k / n} (X_k - conj X_{h-k}) / 2.
+template <typename T>
+RML_MULTIVERSION void pack_modes(const T* re, const T* im, std::int64_t O, std::int64_t K,
+                                 const double* scale, int sign_im, std::int64_t h,
+                                 std::int64_t ld, T* zr, T* zi) {
+  const double n = 2.0 * static_cast<double>(h);
+  for (std::int64_t k = 0; k < h; ++k) {
+    const std::int64_t kb = h - k;  // X_{h-k} (X_h = 0: K < h)
+    const bool has_a = k <= K, has_b = k > 0 && kb <= K;
+    T* __restrict outr = zr + k * ld;
+    T* __restrict outi = zi + k * ld;
+    if (!has_a && !has_b) {
+      for (std::int64_t o = 0; o < O; ++o) outr[o] = outi[o] = T(0);
+      continue;
+    }
+    const double th = kTwoPi * static_cast<double>(k) / n;
+    const T cs = static_cast<T>(std::cos(th) / n), sn = static_cast<T>(std::sin(th) / n);
+    const T inv = static_cast<T>(1.0 / n);
+    const T sa = has_a ? static_cast<T>(scale[k]) : T(0);
+    const T sai = has_a && k > 0 ? static_cast<T>(sign_im * scale[k]) : T(0);
+    const T sb = has_b ? static_cast<T>(scale[kb]) : T(0);
+    const T sbi = has_b ? static_cast<T>(sign_im * scale[kb]) : T(0);
+    const T* __restrict rar = re + (has_a ? k : 0) * O;
+    const T* __restrict rai = im + (has_a ? k : 0) * O;
+    const T* __restrict rbr = re + (has_b ? kb : 0) * O;
+    const T* __restrict rbi = im + (has_b ? kb : 0) * O;
+    for (std::int64_t o = 0; o < O; ++o) {
+      const T ar = sa * rar[o], ai = sai * rai[o];
+      const T br = sb * rbr[o], bi = -sbi * rbi[o];  // conj X_{h-k}
+      const T er = ar + br, ei = ai + bi;             // 2 E
+      const T dr = ar - br, di = ai - bi;             // 2 e^{-i th} O
+      const T orr = cs * dr - sn * di, oi = cs * di + sn * dr;  // (2 / n) O
+      outr[o] = inv * er - oi;                        // (2 / n) (E + i O)
+      outi[o] = inv * ei + orr;
+    }
+  }
+}
+
+// Per-thread work space of the fused 1-D transforms: four [h, ld] planes (zero-initialised so
+// that the padding lanes [channels, ld) stay finite) and the gather scratch.
+template <typename T>
+struct FusedScratch {
+  std::vector<T> planes;
+  GatherScratch<T> gather;
+  T* plane(int i, std::int64_t h, std::int64_t ld) { return planes.data() + i * h * ld; }
+};
+
+template <typename T>
+std::int64_t padded(std::int64_t n) {
+  constexpr std::int64_t L = 64 / sizeof(T);
+  return (n + L - 1) / L * L;
+}
+
+}  // namespace
+
+template <typename T>
+void nufft1_1d(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C,
+               bool density, const FineGrid& fg, std::int64_t K, const double* scale,
+               int sign_im, T* re, T* im, T* dens_re, T* dens_im) {
+  const std::int64_t nf = fg.nf[0], h = nf / 2, Cg = C + (density ? 1 : 0);
+  const std::int64_t ld = padded<T>(Cg), F = K + 1;
+  const RowFFT<T> fft(h, -1);
+  const bool parallel = B > 1 && B * N * Cg * fg.w >= kSerialWork / 4;
+#pragma omp parallel if (parallel)
+  {
+    FusedScratch<T> s;
+    s.planes.assign(static_cast<std::size_t>(4 * h * ld), T(0));
+    T *zr = s.plane(0, h, ld), *zi = s.plane(1, h, ld);
+    T *wr = s.plane(2, h, ld), *wi = s.plane(3, h, ld);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t b = 0; b < B; ++b) {
+      spread_gather_1d<T>(x + b * N, v + b * N * C, N, C, density, fg, s.gather, zr, zi, ld);
+      const bool in_z = fft.run(zr, zi, wr, wi, ld);
+      unpack_modes<T>(in_z ? zr : wr, in_z ? zi : wi, h, ld, C, K, scale, sign_im,
+                      re + b * F * C, im + b * F * C, density ? dens_re + b * F : nullptr,
+                      density ? dens_im + b * F : nullptr);
+    }
+  }
+}
+
+template <typename T>
+void nufft2_1d(const T* x, const T* re, const T* im, std::int64_t B, std::int64_t M,
+               std::int64_t O, const FineGrid& fg, std::int64_t K, const double* scale,
+               int sign_im, T* y) {
+  const std::int64_t nf = fg.nf[0], h = nf / 2, ld = padded<T>(O), F = K + 1;
+  const RowFFT<T> ifft(h, +1);
+  const bool parallel = B > 1 && B * M * O * fg.w >= kSerialWork / 4;
+#pragma omp parallel if (parallel)
+  {
+    FusedScratch<T> s;
+    s.planes.assign(static_cast<std::size_t>(4 * h * ld), T(0));
+    T *zr = s.plane(0, h, ld), *zi = s.plane(1, h, ld);
+    T *wr = s.plane(2, h, ld), *wi = s.plane(3, h, ld);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t b = 0; b < B; ++b) {
+      pack_modes<T>(re + b * F * O, im + b * F * O, O, K, scale, sign_im, h, ld, zr, zi);
+      const bool in_z = ifft.run(zr, zi, wr, wi, ld);
+      interp_pairs_1d<T>(x + b * M, M, O, fg, in_z ? zr : wr, in_z ? zi : wi, ld, y + b * M * O);
+    }
+  }
+}
+
+template void nufft1_1d<float>(const float*, const float*, std::int64_t, std::int64_t,
+                               std::int64_t, bool, const FineGrid&, std::int64_t, const double*,
+                               int, float*, float*, float*, float*);
+template void nufft1_1d<double>(const double*, const double*, std::int64_t, std::int64_t,
+                                std::int64_t, bool, const FineGrid&, std::int64_t,
+                                const double*, int, double*, double*, double*, double*);
+template void nufft2_1d<float>(const float*, const float*, const float*, std::int64_t,
+                               std::int64_t, std::int64_t, const FineGrid&, std::int64_t,
+                               const double*, int, float*);
+template void nufft2_1d<double>(const double*, const double*, const double*, std::int64_t,
+                                std::int64_t, std::int64_t, const FineGrid&, std::int64_t,
+                                const double*, int, double*);
 
 namespace {
 

@@ -66,6 +66,22 @@ template <typename T>
 void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t O,
             const FineGrid& fg, T* y);
 
+// Fused 1-D NUFFT type 1, one pass per batch element (no [B, nf, C] grid): gather-form
+// spreading into the split planes of a packed real FFT, the FFT along the grid rows (RowFFT)
+// and the pick-out of the modes k = 0..K, scaled: equals modes_out(rfft(spread(x, v))) with
+// re, im [B, K + 1, C] and, with density, dens_re, dens_im [B, K + 1].
+template <typename T>
+void nufft1_1d(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C,
+               bool density, const FineGrid& fg, std::int64_t K, const double* scale,
+               int sign_im, T* re, T* im, T* dens_re, T* dens_im);
+
+// Fused 1-D NUFFT type 2: equals interp(irfft(modes_in(re, im), n = nf)) with re, im
+// [B, K + 1, O] and y [B, M, O] (scale as for modes_in, including irfft's 1 / n).
+template <typename T>
+void nufft2_1d(const T* x, const T* re, const T* im, std::int64_t B, std::int64_t M,
+               std::int64_t O, const FineGrid& fg, std::int64_t K, const double* scale,
+               int sign_im, T* y);
+
 // Spectrum arrays of the FFT stage, per batch element [rows(, cols), channels] complex: the
 // half-space frequency f (half-widths K) sits at row k (1-D, k = 0..K0), or at row (k0 mod rows)
 // and column k1 (2-D). rows / cols may be the full fine grid or a pruned one (2-D: only the

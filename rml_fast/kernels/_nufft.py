@@ -101,9 +101,7 @@ def _kernel_poly(w: int, beta: float, degree: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _setup(
-    K: tuple[int, ...], dxi: tuple[float, ...], w: int, sigma: float = 2.0
-) -> FineGridSetup:
+def _setup(K: tuple[int, ...], dxi: tuple[float, ...], w: int, sigma: float = 2.0) -> FineGridSetup:
     dim = len(K)
     nf = tuple(max(_next_smooth(math.ceil(sigma * (2 * k + 1))), 2 * w) for k in K)
     # ES shape of Barnett et al. (arXiv 1808.06736): beta = 0.97 pi (1 - 1 / (2 sigma)) w
@@ -213,9 +211,13 @@ def _inverse_fft(X: np.ndarray, st: FineGridSetup) -> np.ndarray:
 def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool):
     """Raw type 1 (no autograd): ``(re, im, dre, dim)`` as the direct backends return them.
 
-    Spread (C++, the density as an extra grid channel), real FFT over the grid axes (scipy's
-    pocketfft, pruned to the mode columns in 2-D), then one C++ pass that picks the half-space modes, divides by the kernel's
-    transform and writes the real/imaginary planes (no complex intermediate).
+    1-D: one fused C++ pass per batch element (``_C.nudft.nufft1_1d``): gather-form spreading
+    into the planes of a packed real FFT, the FFT along the grid rows on channel vectors
+    (``RowFFT``, radix 2/3/4/5 Stockham) and the scaled pick-out of the modes; no grid array.
+    2-D: spread (C++, the density as an extra grid channel), real FFT over the grid axes
+    (scipy's pocketfft, pruned to the mode columns), then one C++ pass that picks the
+    half-space modes, divides by the kernel's transform and writes the real/imaginary planes
+    (no complex intermediate).
     """
     from rml_fast._native import _C
 
@@ -231,6 +233,24 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     dre = torch.empty(B, Fn, dtype=dtype) if density else None
     dim = torch.empty(B, Fn, dtype=dtype) if density else None
     scale = _deconv_flat(st)
+    if st.dim == 1:
+        _C.nudft.nufft1_1d(
+            x.numpy(),
+            vv.numpy(),
+            list(st.nf),
+            list(st.dxi),
+            st.w,
+            st.beta,
+            st.poly,
+            st.K[0],
+            scale,
+            -sign,
+            re.numpy(),
+            im.numpy(),
+            None if dre is None else dre.numpy(),
+            None if dim is None else dim.numpy(),
+        )
+        return re, im, dre, dim
     cells = math.prod(st.nf)
     step = _chunk(B, cells, Cp, vv.element_size())
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
@@ -269,7 +289,8 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
 
     One C++ pass places the weighted, deconvolved modes on the half-spectrum grid (zeros
     elsewhere), an inverse real FFT (pocketfft) gives the fine grid, and the C++ interpolation
-    evaluates it at the points.
+    evaluates it at the points. In 1-D the three steps are one fused C++ pass per batch element
+    (``_C.nudft.nufft2_1d``, the channel-vector FFT as in :func:`nufft_type1`).
     """
     from rml_fast._native import _C
 
@@ -286,6 +307,22 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
     scale = w.detach().double().cpu().numpy() * _deconv_flat(st) * (cells / 2.0)
     scale = np.where(_last_axis_zero(st), 2.0 * scale, scale)
     y = torch.empty(B, M, n_out, dtype=dtype)
+    if st.dim == 1:
+        _C.nudft.nufft2_1d(
+            x.numpy(),
+            re.numpy(),
+            im.numpy(),
+            list(st.nf),
+            list(st.dxi),
+            st.w,
+            st.beta,
+            st.poly,
+            st.K[0],
+            scale,
+            sign,
+            y.numpy(),
+        )
+        return y
     step = _chunk(B, cells, n_out, re.element_size())
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
     cdt = np.complex128 if dtype == torch.float64 else np.complex64

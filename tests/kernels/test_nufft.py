@@ -3,9 +3,12 @@ einsum reference, its exact adjointness, gradients, and the automatic choice of 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import scipy.fft
 import torch
 
+from rml_fast._native import _C
 from rml_fast.kernels._nufft import nufft_type1, nufft_type2, prefer_nufft, setup_for
 from rml_fast.kernels.nudft import (
     FrequencyGrid,
@@ -148,3 +151,114 @@ def test_nufft_rejects_cuda_only_use() -> None:
         nudft_type1(torch.zeros(1, 2, 1), torch.zeros(1, 2, 1), g, backend="fft")
     with pytest.raises(ValueError, match="backend must be"):
         SetFourierConv(1, 2, 2, 1.0, 0.5, backend="fft")
+
+
+# --- the 1-D building blocks: channel-plane FFT, gather spreading, fused transforms ---------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 12, 15, 25, 36, 50, 75, 100, 128, 243])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_row_fft_matches_numpy(n, dtype, sign) -> None:
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, 7)) + 1j * rng.standard_normal((n, 7))
+    re, im = a.real.astype(dtype), a.imag.astype(dtype)
+    _C.nudft.row_fft(re, im, sign)
+    ref = np.fft.fft(a, axis=0) if sign < 0 else np.fft.ifft(a, axis=0) * n
+    tol = 1e-13 if dtype == np.float64 else 3e-6
+    assert np.abs(re + 1j * im - ref).max() / np.abs(ref).max() < tol
+
+
+@pytest.mark.parametrize("n", [0, 7, 14, 22])
+def test_row_fft_rejects_lengths_with_other_factors(n) -> None:
+    re = np.zeros((n, 3))
+    with pytest.raises(ValueError, match="RowFFT"):
+        _C.nudft.row_fft(re, re.copy(), -1)
+
+
+def _spread_brute(x: np.ndarray, v: np.ndarray, nf: int, dxi: float, w: int, beta: float):
+    """g[j] = sum_n v_n phi((j - u_n) / (w / 2)) over the w nodes j0..j0+w-1 nearest
+    u_n = frac(dxi x_n) nf (periodic), phi(z) = exp(beta (sqrt(1 - z^2) - 1))."""
+    g = np.zeros((nf, v.shape[1]))
+    for xn, vn in zip(x, v, strict=True):
+        t = dxi * xn
+        u = (t - np.floor(t)) * nf
+        j0 = int(np.ceil(u - w / 2))
+        for j in range(j0, j0 + w):
+            z = (j - u) / (w / 2)
+            g[j % nf] += np.exp(beta * (np.sqrt(max(1 - z * z, 0.0)) - 1)) * vn
+    return g
+
+
+@pytest.mark.parametrize("N", [0, 1, 40, 300])
+def test_gather_spreading_matches_brute_force(N) -> None:
+    """The 1-D spreading (gather form: points counting-sorted by first node, each grid row
+    summed once) against the direct definition, density channel included (float64: exact
+    kernel)."""
+    st = setup_for(GRIDS["1d"](), torch.float64)
+    rng = np.random.default_rng(N)
+    x = rng.uniform(-3, 3, (2, N, 1))
+    v = rng.standard_normal((2, N, 3))
+    g = np.zeros((2, st.nf[0], 4))
+    _C.nudft.spread(x, v, list(st.nf), list(st.dxi), st.w, st.beta, True, g, st.poly)
+    for b in range(2):
+        vb = np.concatenate([v[b], np.ones((N, 1))], axis=1)
+        ref = _spread_brute(x[b, :, 0], vb, st.nf[0], st.dxi[0], st.w, st.beta)
+        assert np.abs(g[b] - ref).max() <= 1e-13 * max(1.0, np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("density", [True, False])
+def test_fused_1d_transforms_equal_the_unfused_pipeline(dtype, density) -> None:
+    """nufft1_1d = modes_out(rfft(spread)) and nufft2_1d = interp(irfft(modes_in)) (scipy's
+    FFTs): the packed real FFT on channel planes and its pre/post-processing."""
+    st = setup_for(GRIDS["1d"](), dtype)
+    npd = np.float64 if dtype == torch.float64 else np.float32
+    rng = np.random.default_rng(1)
+    B, N, C, K = 3, 37, 5, st.K[0]
+    F = K + 1
+    x = rng.uniform(-3, 3, (B, N, 1)).astype(npd)
+    v = rng.standard_normal((B, N, C)).astype(npd)
+    scale = rng.uniform(0.5, 2.0, F)
+    dens = [np.zeros((B, F), npd), np.zeros((B, F), npd)] if density else [None, None]
+    re, im = np.zeros((B, F, C), npd), np.zeros((B, F, C), npd)
+    args = (list(st.nf), list(st.dxi), st.w, st.beta)
+    _C.nudft.nufft1_1d(x, v, *args, st.poly, K, scale, 1, re, im, *dens)
+    g = np.zeros((B, st.nf[0], C + int(density)), npd)
+    _C.nudft.spread(x, v, *args, density, g, st.poly)
+    S = np.ascontiguousarray(scipy.fft.rfft(g, axis=1))
+    re2, im2 = np.zeros_like(re), np.zeros_like(im)
+    dens2 = [np.zeros((B, F), npd), np.zeros((B, F), npd)] if density else [None, None]
+    _C.nudft.modes_out(S, [K], scale, 1, re2, im2, *dens2)
+    tol = 1e-13 if dtype == torch.float64 else 2e-6
+    top = np.abs(re2).max()
+    assert np.abs(re - re2).max() < tol * top and np.abs(im - im2).max() < tol * top
+    if density:
+        for a, b in zip(dens, dens2, strict=True):
+            assert np.abs(a - b).max() < tol * np.abs(dens2[0]).max()
+
+    M, Co = 29, 6
+    xq = rng.uniform(-3, 3, (B, M, 1)).astype(npd)
+    re = rng.standard_normal((B, F, Co)).astype(npd)
+    im = rng.standard_normal((B, F, Co)).astype(npd)
+    y = np.zeros((B, M, Co), npd)
+    _C.nudft.nufft2_1d(xq, re, im, *args, st.poly, K, scale, -1, y)
+    X = np.empty((B, F, Co), np.complex128 if dtype == torch.float64 else np.complex64)
+    _C.nudft.modes_in(re, im, [K], scale, -1, X)
+    gq = np.ascontiguousarray(scipy.fft.irfft(X, n=st.nf[0], axis=1), dtype=npd)
+    y2 = np.zeros_like(y)
+    _C.nudft.interp(xq, gq, *args, y2, st.poly)
+    assert np.abs(y - y2).max() < tol * np.abs(y2).max()
+
+
+def test_fused_1d_rejects_bad_grids() -> None:
+    st = setup_for(GRIDS["1d"](), torch.float64)
+    x, v = np.zeros((1, 2, 1)), np.zeros((1, 2, 1))
+    re, im = np.zeros((1, 1, 1)), np.zeros((1, 1, 1))
+    with pytest.raises(ValueError, match="nf must be even"):
+        _C.nudft.nufft1_1d(x, v, [201], [0.1], st.w, st.beta, None, 0, np.ones(1), 1, re, im)
+    big = np.zeros((1, 101, 1))
+    with pytest.raises(ValueError, match="K must be in"):
+        _C.nudft.nufft1_1d(
+            x, v, [200], [0.1], st.w, st.beta, None, 100, np.ones(101), 1, big, big.copy()
+        )
