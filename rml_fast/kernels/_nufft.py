@@ -137,18 +137,20 @@ def prefer_nufft(grid, n_points: int, channels: int, dtype: torch.dtype) -> bool
     ``n_points`` points per batch element.
 
     Cost model (per batch element and channel, in units of one direct-sum multiply-add):
-    direct ``P F``; NUFFT ``a P w^d + c n log2 n`` for ``n`` fine-grid nodes, ``a = 1.5`` with
-    the polynomial kernel (float32), 4 with the exact one (float64); ``c = 3`` in 1-D, 5 in
-    2-D. Calibrated from single-thread timings of both paths at B = 64, C = 128 (1-D, F = 50;
-    round 4, cache-sized chunks: crossover ~100 points for type 1, ~145 for type 2) and
-    B = 16, C = 256 (2-D, F = 1225) on a shared machine: the NUFFT path is taken from about
-    120 points per set on the default 1-D grid and about 370 on the 2-D image grid.
+    direct ``P F``; NUFFT ``a P w^d + c n log2 n`` for ``n`` fine-grid nodes. 2-D (spread, pocketfft,
+    copy-out): ``a = 1.5`` with the polynomial kernel (float32), 4 with the exact one (float64),
+    ``c = 5``; calibrated at B = 16, C = 256 on the image grid (crossover ~370 points). 1-D (the
+    fused C++ pass): ``a = 2.0``, ``c = 0.6`` in float32 and ``a = 1.4``, ``c = 1.1`` in float64,
+    calibrated from single-thread timings of both paths at B = 64, C = 128, F = 50 (round 5:
+    crossover ~27 points in float32, ~60 in float64).
     """
     st = setup_for(grid, dtype)
     cells = math.prod(st.nf)
     direct = n_points * grid.n_freq
-    a = 1.5 if st.poly is not None else 4.0
-    c = 3.0 if st.dim == 1 else 5.0
+    if st.dim == 1:
+        a, c = (2.0, 0.6) if st.poly is not None else (1.4, 1.1)
+    else:
+        a, c = (1.5 if st.poly is not None else 4.0), 5.0
     nufft = a * n_points * st.w**st.dim + c * cells * math.log2(cells)
     return direct > nufft
 

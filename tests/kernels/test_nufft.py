@@ -122,7 +122,10 @@ def test_layer_nufft_matches_reference_float32() -> None:
 
 def test_auto_takes_nufft_only_for_large_transforms() -> None:
     g = GRIDS["1d"]()
-    assert not prefer_nufft(g, 50, 128, torch.float32)
+    assert not prefer_nufft(g, 16, 128, torch.float32)
+    assert prefer_nufft(g, 50, 128, torch.float32)
+    assert not prefer_nufft(g, 40, 128, torch.float64)
+    assert prefer_nufft(g, 100, 128, torch.float64)
     assert prefer_nufft(g, 500, 128, torch.float32)
     assert prefer_nufft(g, 5000, 128, torch.float32)
     g2 = GRIDS["2d-images"]()
@@ -133,8 +136,8 @@ def test_auto_takes_nufft_only_for_large_transforms() -> None:
     auto = nudft_type1(x, v, g)[0]
     assert torch.equal(auto, nudft_type1(x, v, g, backend="nufft")[0])
     assert not torch.equal(auto, nudft_type1(x, v, g, backend="native")[0])
-    small = nudft_type1(x[:, :50], v[:, :50], g)[0]
-    assert torch.equal(small, nudft_type1(x[:, :50], v[:, :50], g, backend="native")[0])
+    small = nudft_type1(x[:, :16], v[:, :16], g)[0]
+    assert torch.equal(small, nudft_type1(x[:, :16], v[:, :16], g, backend="native")[0])
 
 
 def test_fine_grid_setup() -> None:
