@@ -303,7 +303,9 @@ inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, const Fine
   const double j0 = std::ceil(u - half);
   if (fg.poly != nullptr) {
     const double tt = 2.0 * (j0 - (u - half)) - 1.0;
-    if (w == 8) {
+    if (w == 7) {
+      horner<7>(fg.poly, fg.degree, tt, out);
+    } else if (w == 8) {
       horner<8>(fg.poly, fg.degree, tt, out);
     } else if (w == 9) {
       horner<9>(fg.poly, fg.degree, tt, out);
@@ -366,7 +368,9 @@ RML_MULTIVERSION void axis_weights(const double* xa, std::int64_t P, int axis, c
     j[p] = jj < 0 ? jj + nf : jj;
   }
   for (std::int64_t p = P; p < Pv; ++p) tt[p] = 0.0;
-  if (fg.poly != nullptr && w == 8) {
+  if (fg.poly != nullptr && w == 7) {
+    horner_block<7>(fg.poly, fg.degree, tt, Pv, k, ld);
+  } else if (fg.poly != nullptr && w == 8) {
     horner_block<8>(fg.poly, fg.degree, tt, Pv, k, ld);
   } else if (fg.poly != nullptr && w == 9) {
     horner_block<9>(fg.poly, fg.degree, tt, Pv, k, ld);

@@ -144,7 +144,7 @@ def test_fine_grid_setup() -> None:
     st = setup_for(GRIDS["2d-images"](), torch.float32)
     assert st.nf == (80, 80) and st.w == 9  # 1.5 x (2K + 1) = 73.5 -> next 2,3,5-smooth even
     st1 = setup_for(GRIDS["1d"](), torch.float32)
-    assert st1.nf == (200,) and st1.w == 8  # 2 x (2K + 1) = 198 -> 200
+    assert st1.nf == (200,) and st1.w == 7  # 2 x (2K + 1) = 198 -> 200
     assert setup_for(GRIDS["1d"](), torch.float64).w == 16
 
 
