@@ -22,10 +22,13 @@ Sizes (spec np_alignment §1.6): 1-D ``B=64, F=50, G=4``, ``N in {50, 500, 5000}
 ``M in {128, 1000}``, ``C in {128, 288}``; 2-D ``B=16, N in {256, 1024}, M=1024, F=1225, C=256,
 G=128``. ``--quick``: the smallest 1-D case (``B=16``) against einsum and torchkbnufft only.
 
-The harness times one side after the other and fixes glibc's mmap threshold for faithful
-peak-memory numbers, which makes every large tensor page-fault on first touch (inflating both
-sides' times); the docs table comes from ``benchmarks/nudft_alternate.py``, which alternates
-the providers round by round and measures memory in a separate run.
+The harness times one side after the other with glibc's mmap threshold fixed at 32 MiB (no
+page faults on re-allocated tensors; the einsum layer's time otherwise depends on the process's
+allocation history), then measures the peak memory of one call of each side with a 128 KiB
+threshold (every large tensor mapped on allocation, so the resident-set growth is the peak;
+until round 4 the timings also ran under that setting, which made both sides page-fault). The
+docs table comes from ``benchmarks/nudft_alternate.py``, which alternates the providers round
+by round.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 
 import torch
 
-from rml_fast.benchmarking import Suite
+from rml_fast.benchmarking import Suite, peak_memory_mb
 from rml_fast.kernels.nudft import FrequencyGrid
 from rml_fast.neural_processes.sfconv import SetFourierConv
 
@@ -173,17 +176,46 @@ def _check_peer(ours: SetFourierConv, peer: SetFourierConv, xc, xq, z, plan_cls)
     return f"max rel. diff of outputs vs ours {float((a - b).abs().max() / a.abs().max()):.1e}"
 
 
-def _exact_peak_rss() -> None:
-    """Make RSS growth a faithful peak-memory measure: with glibc's default dynamic mmap
-    threshold, freed large blocks stay in the heap and a second call shows no growth; a fixed
-    128 KiB threshold returns every large tensor to the OS when it is freed."""
+def _mallopt(mmap_threshold: int, trim_threshold: int, trim: bool = False) -> None:
+    """Fix glibc's mmap and trim thresholds, and with ``trim`` hand the heap's free pages back
+    to the OS (``malloc_trim``) so that blocks reused from the heap count again when touched
+    (no-op elsewhere)."""
     import contextlib
     import ctypes
     import sys
 
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):  # not glibc
-            ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, mmap_threshold)  # M_MMAP_THRESHOLD
+            libc.mallopt(-1, trim_threshold)  # M_TRIM_THRESHOLD
+            if trim:
+                libc.malloc_trim(0)
+
+
+def _timing_malloc() -> None:
+    """Timing: blocks below 32 MiB come from the heap and stay there, so repeated calls do not
+    page-fault on fresh mmaps (glibc's default dynamic threshold made the einsum layer's time
+    depend on the allocation history of the process; this setting is its fastest)."""
+    _mallopt(32 * 2**20, 2**30)
+
+
+def _memory_malloc() -> None:
+    """Peak memory: with a 128 KiB threshold every large tensor is mapped on allocation and
+    returned on free, so the growth of the resident set during one call is its peak."""
+    _mallopt(128 * 2**10, 128 * 2**10, trim=True)
+
+
+def _compare(suite: Suite, case: dict[str, Any], ours, peer, *, peer_name: str, note=None) -> None:
+    """``suite.compare`` timed under :func:`_timing_malloc`, with the peak memory of one call
+    of each side measured afterwards under :func:`_memory_malloc`."""
+    _timing_malloc()
+    row = suite.compare(case, ours, peer, peer_name=peer_name, memory=False, note=note)
+    _memory_malloc()
+    row["ours_peak_mb"] = peak_memory_mb(ours)
+    _memory_malloc()
+    row["peer_peak_mb"] = peak_memory_mb(peer)
+    _timing_malloc()
 
 
 def _peer_available(mod: str) -> bool:
@@ -223,7 +255,8 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     ours = _layer(case, "auto")
     ours_step = _step(ours, xc, xq, z)
     if case.get("kind") == "scaling":
-        suite.compare(
+        _compare(
+            suite,
             case,
             ours_step,
             _attention_step(case, xc, xq, z),
@@ -231,11 +264,13 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
         )
         return
     ref = _layer(case, "reference")
-    suite.compare(case, ours_step, _step(ref, xc, xq, z), peer_name="einsum (materialised phases)")
+    _compare(
+        suite, case, ours_step, _step(ref, xc, xq, z), peer_name="einsum (materialised phases)"
+    )
     if case.get("direct_too"):
         direct = _layer(case, "native")
-        suite.compare(
-            case, ours_step, _step(direct, xc, xq, z), peer_name="ours, direct sums (native)"
+        _compare(
+            suite, case, ours_step, _step(direct, xc, xq, z), peer_name="ours, direct sums (native)"
         )
     peers = case.get("peers", "all")
     if peers != "none":
@@ -247,8 +282,8 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                 continue
             peer = _layer(case, "reference")
             note = _check_peer(ours, peer, xc, xq, z, plan_cls)
-            suite.compare(
-                case, ours_step, _step(peer, xc, xq, z, plan_cls), peer_name=name, note=note
+            _compare(
+                suite, case, ours_step, _step(peer, xc, xq, z, plan_cls), peer_name=name, note=note
             )
 
 
@@ -268,7 +303,6 @@ def cases(quick: bool = False) -> list[dict[str, Any]]:
 
 
 def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
-    _exact_peak_rss()
     return Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases(quick), _body)
 
 

@@ -16,7 +16,9 @@ transforms under our layer), ``attention`` (the TNP-style layer of the scaling c
 ``:k`` caps that provider's rounds at ``k``. Prints medians of wall-clock and process CPU time
 and the ratios ``provider / ours``; ``--memory`` instead measures the peak resident-set growth
 of one call each (with glibc's mmap threshold fixed, which makes every large allocation
-page-fault and therefore must not be combined with timing). ``--threads`` sets torch's
+page-fault and therefore must not be combined with timing); ``--fixed-malloc`` times with the
+threshold fixed at 32 MiB instead of glibc's dynamic default (no page faults on re-allocated
+tensors, as ``rml-fast bench nudft`` times). ``--threads`` sets torch's
 intra-op threads (default 1: on an oversubscribed machine, thread teams wait for their slowest
 member and the timings become meaningless). ``--out FILE`` appends the result as a JSON line.
 """
@@ -67,6 +69,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--memory", action="store_true")
+    ap.add_argument(
+        "--fixed-malloc",
+        action="store_true",
+        help="time with glibc's mmap threshold fixed at 32 MiB (as rml-fast bench nudft does)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     spec = json.loads(args.case)
@@ -74,12 +81,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     case = {"kind": "layer", **spec}
     torch.set_num_threads(args.threads)
     if args.memory:
-        bn._exact_peak_rss()
+        bn._memory_malloc()
+    elif args.fixed_malloc:
+        bn._timing_malloc()
     steps = _steps(case, providers)
     if args.memory:
         for s in steps.values():
             s()  # warm-up: the first call also allocates the persistent gradient buffers
-        res: dict[str, Any] = {"case": case, "peak_mb": {p: peak_memory_mb(s) for p, s in steps.items()}}
+        peaks = {}
+        for p, s in steps.items():
+            bn._memory_malloc()  # return the heap's free pages: reused blocks count again
+            peaks[p] = peak_memory_mb(s)
+        res: dict[str, Any] = {"case": case, "peak_mb": peaks}
         print(case, {p: f"{m:.0f} MiB" for p, m in res["peak_mb"].items()})
     else:
         for s in steps.values():
@@ -100,6 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res = {
             "case": case,
             "threads": args.threads,
+            "fixed_malloc": args.fixed_malloc,
             "median_s": med,
             "cpu_median_s": cmed,
             "ratio": {p: med[p] / med[ours] for p in med},
