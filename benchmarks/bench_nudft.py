@@ -207,15 +207,20 @@ def _memory_malloc() -> None:
 
 
 def _compare(suite: Suite, case: dict[str, Any], ours, peer, *, peer_name: str, note=None) -> None:
-    """``suite.compare`` timed under :func:`_timing_malloc`, with the peak memory of one call
-    of each side measured afterwards under :func:`_memory_malloc`."""
+    """``suite.compare`` timed under :func:`_timing_malloc`, after measuring the peak memory of
+    one call of each side under :func:`_memory_malloc` (after one warm-up call each, which
+    allocates the persistent gradient buffers; the same procedure as
+    ``nudft_alternate.py --memory``)."""
+    _memory_malloc()
+    ours()
+    peer()
+    _memory_malloc()
+    ours_mb = peak_memory_mb(ours)
+    _memory_malloc()
+    peer_mb = peak_memory_mb(peer)
     _timing_malloc()
     row = suite.compare(case, ours, peer, peer_name=peer_name, memory=False, note=note)
-    _memory_malloc()
-    row["ours_peak_mb"] = peak_memory_mb(ours)
-    _memory_malloc()
-    row["peer_peak_mb"] = peak_memory_mb(peer)
-    _timing_malloc()
+    row["ours_peak_mb"], row["peer_peak_mb"] = ours_mb, peer_mb
 
 
 def _peer_available(mod: str) -> bool:

@@ -4,11 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__linux__)
-#define RML_MULTIVERSION __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define RML_MULTIVERSION
-#endif
+#include "common/simd.hpp"
 
 namespace rml::nudft {
 
@@ -21,7 +17,7 @@ constexpr double kTwoPi = 6.283185307179586476925286766559;
 //   y[block R p + k] = w^{p k} sum_j x[block p + j m] e^{sign 2 pi i j k / R},  w = e^{sign 2 pi i / nn}.
 // (Decimation in frequency; the output is in natural order after the last pass.)
 template <typename T, int R>
-RML_MULTIVERSION void pass(std::int64_t m, std::int64_t L, int sign, const T* xr, const T* xi,
+RML_SIMD_CLONES void pass(std::int64_t m, std::int64_t L, int sign, const T* xr, const T* xi,
                            T* yr, T* yi, const T* twr, const T* twi) {
   const T sg = static_cast<T>(sign);
   for (std::int64_t p = 0; p < m; ++p) {

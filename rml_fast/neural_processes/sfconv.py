@@ -208,13 +208,15 @@ class _BlockedSplitProduct(torch.autograd.Function):
                 gd = torch.bmm(wq[:, :g0].reshape(Fn * g0, a, X), gu).reshape(Fn, g0, a)
                 ggh = (gf + gd).reshape(Fn, C)
             if n_w:
-                gWq = torch.empty_like(wq)  # (F, G, a, nb, b, 2)
+                # written straight into the parameter layout (nb, G, a, b, F, 2) through a
+                # permuted view in the per-bin order (F, G, a, nb, b, 2): no per-bin copy
+                gw = torch.empty(nb, G, a, bo, Fn, 2, dtype=dt)
+                gWq = gw.permute(4, 1, 2, 0, 3, 5)
                 torch.mul(gtop, ghk[:, :, :, None, None, None], out=gWq[:, g0:])
                 gWq[:, :g0] = torch.bmm(
                     ghk.reshape(Fn * g0, a, 1), gu.reshape(Fn * g0, 1, X)
                 ).reshape(Fn, g0, a, nb, bo, 2)
-                gwc = torch.view_as_complex(gWq).permute(3, 1, 2, 4, 0).contiguous()
-                gw = torch.view_as_real(gwc).to(ctx.wdtype).reshape(ctx.wshape)
+                gw = gw.to(ctx.wdtype).reshape(ctx.wshape)
         return gre, gim, gdr, gdi, gw, ggh, None
 
 
