@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> Path:
     layer = [r for r in rows if r["case"]["kind"] == "layer"]
     scaling = [r for r in rows if r["case"]["kind"] == "scaling"]
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw={"width_ratios": [2.2, 1]})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5.4), gridspec_kw={"width_ratios": [2.2, 1]})
     cases = list(dict.fromkeys(_label(r["case"]) for r in layer))
     peers = list(dict.fromkeys(r["peer"] for r in layer))
     width = 0.8 / len(peers)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> Path:
     ax.set_xticks(range(len(cases)), cases, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("speed-up of ours (peer time / our time)")
     ax.set_title("SFConv layer, forward + backward, float32 CPU")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
 
     ns = [r["case"]["N"] for r in scaling]
     ours = [r["ours_median_s"] * 1e3 for r in scaling]
