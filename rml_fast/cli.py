@@ -110,11 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     demo_p.add_argument("--seed", type=int, default=0)
     demo_p.add_argument("--threads", type=int, default=None, help="torch threads while training")
     demo_p.add_argument(
-        "--schedule", default="cosine", choices=["constant", "cosine"],
+        "--schedule",
+        default="cosine",
+        choices=["constant", "cosine"],
         help="learning-rate schedule of the SFConvCNP over its budget",
     )
     demo_p.add_argument(
-        "--baseline-schedule", default="constant", choices=["constant", "cosine"],
+        "--baseline-schedule",
+        default="constant",
+        choices=["constant", "cosine"],
         help="learning-rate schedule of the baselines",
     )
     args, rest = parser.parse_known_args(argv)

@@ -24,10 +24,9 @@ numbers of points like the rest of the model; they equal the exact SetConv where
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
