@@ -152,13 +152,14 @@ def test_sfconvcnp_vs_convcnp_equal_budget_near_gp_oracle() -> None:
     Stated margins: the SFConvCNP's mean per-point log-likelihood is within 0.6 nats of the exact
     GP oracle (an untrained model is ~1.9 nats below it), does not exceed the oracle by more
     than the test set's sampling noise (0.05), and is **not worse than the ConvCNP's**, up to
-    0.02 nats of evaluation noise: twice the standard error of the paired per-task difference
-    of the two models over the 128 held-out tasks (measured 0.012 in each of the runs below).
+    0.03 nats of evaluation noise: twice the largest standard error of the paired per-task
+    difference of the two models over the 128 held-out tasks (0.010-0.016 in the runs below).
 
-    Measured (shared 2-core dev machine, load 2-3, oracle 0.257, one thread, seeds 0/1/2 of
-    ``run_demo``): SFConvCNP 0.131 / 0.121 / 0.135 against the neuralprocesses ConvCNP
-    0.087 / 0.070 / 0.091 (3759-3952 and 3865-4143 steps): ahead by 0.043 / 0.052 / 0.044
-    (3.7-4.4 standard errors). Before round 5 (F=50, no set-convolution features, lr 2e-3,
+    Measured (shared 2-core dev machine, load 1-3, oracle 0.257, one thread, seeds 0-4 of
+    ``run_demo``): SFConvCNP 0.131 / 0.121 / 0.135 / 0.130 / 0.125 against the neuralprocesses
+    ConvCNP 0.087 / 0.070 / 0.091 / 0.083 / 0.057 (3759-4074 and 3865-4252 steps): ahead by
+    0.043 / 0.052 / 0.044 / 0.047 / 0.068 (3.0-4.4 standard errors); this test itself (seed 0)
+    0.129 against 0.081. Before round 5 (F=50, no set-convolution features, lr 2e-3,
     batch 16, constant) the SFConvCNP was 0.07-0.10 nats behind. With the same cosine schedule
     for the ConvCNP the two tie (docs/neural_processes.md, "Demo")."""
     try:
@@ -173,4 +174,4 @@ def test_sfconvcnp_vs_convcnp_equal_budget_near_gp_oracle() -> None:
     sf, conv = rows
     assert sf.model == "SFConvCNP" and conv.model == baseline
     assert sf.oracle_loglik - 0.6 < sf.loglik < sf.oracle_loglik + 0.05
-    assert sf.loglik > conv.loglik - 0.02
+    assert sf.loglik > conv.loglik - 0.03
