@@ -78,6 +78,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         out=args.out or None,
         seed=args.seed,
         num_threads=args.threads,
+        schedule=args.schedule,
+        baseline_schedule=args.baseline_schedule,
     )
     print(format_table(rows))
     if args.out:
@@ -107,6 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     demo_p.add_argument("--test-batches", type=int, default=8, help="held-out batches of 16 tasks")
     demo_p.add_argument("--seed", type=int, default=0)
     demo_p.add_argument("--threads", type=int, default=None, help="torch threads while training")
+    demo_p.add_argument(
+        "--schedule",
+        default="cosine",
+        choices=["constant", "cosine"],
+        help="learning-rate schedule of the SFConvCNP over its budget",
+    )
+    demo_p.add_argument(
+        "--baseline-schedule",
+        default="cosine",
+        choices=["constant", "cosine"],
+        help="learning-rate schedule of the baselines",
+    )
     args, rest = parser.parse_known_args(argv)
 
     if args.command == "demo":

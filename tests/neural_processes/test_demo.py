@@ -11,10 +11,13 @@ import torch
 from rml_fast.cli import main
 from rml_fast.neural_processes.data import GPGenerator, batch_oracle_loglik
 from rml_fast.neural_processes.demo import (
+    DEMO_CONFIG,
     GridConvCNP,
     NeuralProcessesConvCNP,
+    _Stepper,
     format_table,
     run_demo,
+    train_for,
 )
 
 
@@ -52,6 +55,63 @@ def test_cli_demo_rejects_unknown_names(capsys) -> None:
         run_demo(-1.0, baselines=[], test_batches=1)
 
 
+def test_cosine_schedule_follows_the_models_own_time() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 2)  # a stand-in: the stepper only needs a Normal from the model
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = model
+
+        def forward(self, xc, yc, xq):
+            out = self.lin(xq)
+            return torch.distributions.Normal(out[..., :1], torch.nn.functional.softplus(out[..., 1:]))
+
+    st = _Stepper(Tiny(), lr=2e-3, batch_size=2, rng=0, kernel="rbf", schedule="cosine", budget=10.0)
+    lrs = []
+    for seconds in (0.0, 2.5, 5.0, 10.0, 20.0):
+        st.seconds = seconds
+        st.step()
+        lrs.append(st.opt.param_groups[0]["lr"])
+    expected = [2e-3 * max(0.5 * (1 + np.cos(np.pi * min(s / 10, 1))), 0.01) for s in (0, 2.5, 5, 10, 20)]
+    np.testing.assert_allclose(lrs, expected, rtol=1e-12)
+    const = _Stepper(Tiny(), lr=2e-3, batch_size=2, rng=0, kernel="rbf", budget=10.0)
+    const.seconds = 9.0
+    const.step()
+    assert const.opt.param_groups[0]["lr"] == 2e-3
+    with pytest.raises(ValueError, match="schedules"):
+        train_for([Tiny(), Tiny()], 0.0, schedules=["cosine"])
+    with pytest.raises(ValueError, match="schedules"):
+        train_for([Tiny()], 0.0, schedules=["linear"])
+    assert train_for([Tiny(), Tiny()], 0.0, schedules=["cosine", "constant"]) == [1, 1]
+    with pytest.raises(ValueError, match="one per model"):
+        train_for([Tiny(), Tiny()], 0.0, lr=[1e-3])
+    with pytest.raises(ValueError, match="batch_size"):
+        train_for([Tiny()], 0.0, batch_size=[0])
+
+    class Recorder(Tiny):
+        def forward(self, xc, yc, xq):
+            self.seen = xc.shape[0]
+            return super().forward(xc, yc, xq)
+
+    a, b = Recorder(), Recorder()
+    assert train_for([a, b], 0.0, lr=[1e-3, 3e-3], batch_size=[4, 2]) == [1, 1]
+    assert (a.seen, b.seen) == (4, 2)
+    with pytest.raises(ValueError, match="baseline_schedule"):
+        run_demo(0, baselines=[], test_batches=1, baseline_schedule="step")
+
+
+def test_demo_config_is_the_documented_deviation() -> None:
+    # the demo's SFConvCNP: the paper's blocks with a shorter frequency grid and the PROPOSED
+    # set-convolution features; the paper's preset stays without them
+    from rml_fast.neural_processes import SFConvCNP
+
+    m = SFConvCNP(**DEMO_CONFIG)
+    assert m.grid.n_freq == 25 and m.setconv_lengthscale is not None
+    assert SFConvCNP.from_config("sfconvcnp-1d", num_layers=1).grid.n_freq == 50
+
+
 def test_grid_convcnp_is_translation_equivariant() -> None:
     torch.manual_seed(0)
     m = GridConvCNP(channels=8, layers=3).double()
@@ -81,21 +141,27 @@ def test_neuralprocesses_wrapper_matches_package_loglik() -> None:
 
 @pytest.mark.slow
 def test_sfconvcnp_vs_convcnp_equal_budget_near_gp_oracle() -> None:
-    """SFConvCNP (C=32, L=2) and a ConvCNP trained for the same 60 s of wall clock each on GP-RBF
-    tasks (AdamW lr 2e-3, batch 16; one torch thread, and the models take turns step by step, so
-    load changes on a shared machine hit both alike), evaluated on 128 held-out tasks with 128
-    targets. The baseline is the ``neuralprocesses`` package's ConvCNP (UNet, 32 points per
-    unit) where it is installed, else the in-repo grid ConvCNP.
+    """The demo's SFConvCNP (``DEMO_CONFIG``: C=32, L=2, F=25, PROPOSED set-convolution features;
+    AdamW lr 4e-3, batch 32, cosine decay) and a ConvCNP (AdamW lr 2e-3, batch 16, constant, as in
+    earlier rounds) trained for the same 60 s of wall clock each on GP-RBF tasks (one torch
+    thread; the models take turns step by step, so load changes on a shared machine hit both
+    alike), evaluated on 128 held-out tasks with 128 targets. The baseline is the
+    ``neuralprocesses`` package's ConvCNP (UNet 4x32, 32 points per unit) where it is installed,
+    else the in-repo grid ConvCNP.
 
     Stated margins: the SFConvCNP's mean per-point log-likelihood is within 0.6 nats of the exact
     GP oracle (an untrained model is ~1.9 nats below it), does not exceed the oracle by more
-    than the test set's sampling noise (0.05), and is not worse than the ConvCNP's by more than
-    0.2 nats. Measured on the shared 2-core dev machine (load 4-9), oracle 0.257, one thread:
-    SFConvCNP -0.061 / -0.046 / -0.056 / -0.045 against the neuralprocesses ConvCNP 0.009 /
-    0.058 / 0.051 (1400-2400 steps each): at this budget the ConvCNP is ahead by 0.07-0.10
-    nats, so "not worse than ConvCNP" holds only within this tolerance (with two threads on the
-    oversubscribed machine the SFConvCNP led, -0.147 against -0.457; the in-repo grid ConvCNP is
-    far behind, -0.890)."""
+    than the test set's sampling noise (0.05), and is **not worse than the ConvCNP's**, up to
+    0.03 nats of evaluation noise: twice the largest standard error of the paired per-task
+    difference of the two models over the 128 held-out tasks (0.010-0.016 in the runs below).
+
+    Measured (shared 2-core dev machine, load 1-3, oracle 0.257, one thread, seeds 0-4 of
+    ``run_demo``): SFConvCNP 0.131 / 0.121 / 0.135 / 0.130 / 0.125 against the neuralprocesses
+    ConvCNP 0.087 / 0.070 / 0.091 / 0.083 / 0.057 (3759-4074 and 3865-4252 steps): ahead by
+    0.043 / 0.052 / 0.044 / 0.047 / 0.068 (3.0-4.4 standard errors); this test itself (seed 0)
+    0.129 against 0.081. Before round 5 (F=50, no set-convolution features, lr 2e-3,
+    batch 16, constant) the SFConvCNP was 0.07-0.10 nats behind. With the same cosine schedule
+    for the ConvCNP the two tie (docs/neural_processes.md, "Demo")."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -108,4 +174,4 @@ def test_sfconvcnp_vs_convcnp_equal_budget_near_gp_oracle() -> None:
     sf, conv = rows
     assert sf.model == "SFConvCNP" and conv.model == baseline
     assert sf.oracle_loglik - 0.6 < sf.loglik < sf.oracle_loglik + 0.05
-    assert sf.loglik > conv.loglik - 0.2
+    assert sf.loglik > conv.loglik - 0.03

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rml_fast.kernels.nudft import NUDFTPlan
 from rml_fast.neural_processes import SFConvCNP, SFVConvCNP, nll_loss
 from rml_fast.neural_processes.models import CONFIGS, gaussian_nll
 
@@ -120,3 +121,97 @@ def test_bad_inputs() -> None:
         model(xc.numpy(), yc, xq)
     with pytest.raises(ValueError, match="dim_x"):
         SFConvCNP(dim_x=3)
+
+
+def _naive_forward(model, xc, yc, xq):
+    """The two-stream recursion with every context block evaluated (as the reference code)."""
+    B, M = xq.shape[:2]
+    plan = NUDFTPlan(model.grid, xc, xq, backend=model.backend)
+    yc_aug = torch.cat([yc, torch.zeros_like(yc[..., :1])], dim=-1)
+    yq_aug = torch.cat([torch.zeros(B, M, model.dim_y, dtype=xq.dtype), torch.ones(B, M, 1, dtype=xq.dtype)], -1)
+    if model.raw_setconv_lengthscale is not None:
+        fc, fq = model.setconv_features(yc, plan)
+        yc_aug, yq_aug = torch.cat([yc_aug, fc], -1), torch.cat([yq_aug, fq], -1)
+    zc, zq = model.y_encoder(yc_aug), model.y_encoder(yq_aug)
+    for blk_c, blk_q in zip(model.context_blocks, model.query_blocks, strict=True):
+        zc, zq = blk_c(zc, zc, xc, xc, plan), blk_q(zq, zc, xq, xc, plan)
+    return model.decoder(zq)
+
+
+@pytest.mark.parametrize("setconv", [None, (0.4, 0.8)])
+def test_skipping_the_unused_last_context_block_changes_nothing(setconv) -> None:
+    torch.manual_seed(1)
+    model = SFConvCNP(
+        embed_channels=8, feedforward_channels=16, num_layers=3, groups=4, setconv_features=setconv
+    ).double()
+    xc, yc, xq = _task(2, 9, 6, 1, 1)
+    d = model(xc, yc, xq)
+    out = _naive_forward(model, xc, yc, xq)
+    torch.testing.assert_close(d.loc, out[..., :1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(d.scale, torch.nn.functional.softplus(out[..., 1:]) + 1e-6)
+    nll_loss(d, torch.randn_like(d.loc)).backward()
+    # the last context block feeds nothing: no gradient reaches it, every other block gets one
+    assert all(p.grad is None for p in model.context_blocks[-1].parameters())
+    assert all(p.grad is not None for p in model.context_blocks[0].parameters())
+    assert all(p.grad is not None for p in model.query_blocks[-1].parameters())
+
+
+def _setconv_brute_force(xc, yc, x, ell, eps):
+    k = torch.exp(-((x[:, :, None, :] - xc[:, None, :, :]) ** 2).sum(-1)[..., None] / (2 * ell**2))
+    dens = k.sum(2)  # (B, P, S)
+    num = torch.einsum("bpns,bny->bpys", k, yc)
+    m = num / (dens[:, :, None, :] + eps)
+    return torch.cat([dens, m.reshape(*m.shape[:2], -1)], -1)
+
+
+@pytest.mark.parametrize(("dx", "dy"), [(1, 1), (1, 2), (2, 3)])
+def test_setconv_features_equal_the_gaussian_setconv(dx, dy) -> None:
+    torch.manual_seed(2)
+    grid = dict(max_freq=4.9, freq_resolution=0.1) if dx == 1 else dict(max_freq=4.8, freq_resolution=0.2)
+    # ell * xi_max >= 1.7 (envelope truncation < 1e-20) and the periodic images of the kernels
+    # (period 1 / dxi) at least 6 lengthscales away
+    scales = (0.35, 0.7) if dx == 1 else (0.35, 0.5)
+    model = SFConvCNP(
+        dim_x=dx, dim_y=dy, embed_channels=8, feedforward_channels=16, num_layers=1, groups=4,
+        setconv_features=scales, **grid,
+    ).double()  # fmt: skip
+    torch.testing.assert_close(model.setconv_lengthscale, torch.tensor(scales, dtype=torch.float64))
+    xc, yc, xq = _task(3, 8, 5, dx, dy, seed=3)
+    if dx == 2:  # keep the data and the kernels within half a period (1 / dxi = 5) of the 2-D grid
+        xc, xq = xc / 2, xq / 2
+    fc, fq = model.setconv_features(yc, NUDFTPlan(model.grid, xc, xq))
+    ell, eps = model.setconv_lengthscale, model.setconv_epsilon
+    assert fc.shape == (3, 8, 2 * (1 + dy)) and fq.shape == (3, 5, 2 * (1 + dy))
+    torch.testing.assert_close(fc, _setconv_brute_force(xc, yc, xc, ell, eps), rtol=0, atol=1e-7)
+    torch.testing.assert_close(fq, _setconv_brute_force(xc, yc, xq, ell, eps), rtol=0, atol=1e-7)
+
+
+def test_setconv_features_keep_the_model_equivariant_and_train() -> None:
+    torch.manual_seed(3)
+    model = SFConvCNP(
+        embed_channels=8, feedforward_channels=16, num_layers=2, groups=4, max_freq=2.45,
+        setconv_features=(0.25, 0.5, 1.0),
+    ).double()  # fmt: skip
+    xc, yc, xq = _task(2, 11, 7, 1, 1)
+    d = model(xc, yc, xq)
+    d_t = model(xc + 0.9, yc, xq + 0.9)
+    torch.testing.assert_close(d_t.loc, d.loc, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(d_t.scale, d.scale, rtol=1e-10, atol=1e-10)
+    perm = torch.randperm(11)
+    torch.testing.assert_close(model(xc[:, perm], yc[:, perm], xq).loc, d.loc)
+    nll_loss(d, torch.randn_like(d.loc)).backward()
+    g = model.raw_setconv_lengthscale.grad
+    assert g is not None and bool(torch.isfinite(g).all()) and float(g.abs().sum()) > 0
+
+
+def test_setconv_features_off_by_default_and_validated() -> None:
+    assert SFConvCNP.from_config("sfconvcnp-1d-small").raw_setconv_lengthscale is None
+    m = SFConvCNP(embed_channels=4, feedforward_channels=4, num_layers=1)
+    xc, yc, xq = _task(1, 3, 2, 1, 1, dtype=torch.float32)
+    plan = NUDFTPlan(m.grid, xc, xq)
+    with pytest.raises(ValueError, match="without setconv_features"):
+        m.setconv_features(yc, plan)
+    with pytest.raises(ValueError, match="setconv_features"):
+        SFConvCNP(embed_channels=4, feedforward_channels=4, num_layers=1, setconv_features=())
+    with pytest.raises(ValueError, match="setconv_features"):
+        SFConvCNP(embed_channels=4, feedforward_channels=4, num_layers=1, setconv_features=(0.0,))
