@@ -838,7 +838,13 @@ template <typename T>
 struct FusedScratch {
   std::vector<T> planes;
   GatherScratch<T> gather;
-  T* plane(int i, std::int64_t h, std::int64_t ld) { return planes.data() + i * h * ld; }
+  T *zr, *zi, *wr, *wi;  // the transform's planes and its work planes, [h, ld] each
+  FusedScratch(std::int64_t h, std::int64_t ld)
+      : planes(static_cast<std::size_t>(4 * h * ld), T(0)),
+        zr(planes.data()),
+        zi(zr + h * ld),
+        wr(zi + h * ld),
+        wi(wr + h * ld) {}
 };
 
 template <typename T>
@@ -859,10 +865,8 @@ void nufft1_1d(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int6
   const bool parallel = B > 1 && B * N * Cg * fg.w >= kSerialWork / 4;
 #pragma omp parallel if (parallel)
   {
-    FusedScratch<T> s;
-    s.planes.assign(static_cast<std::size_t>(4 * h * ld), T(0));
-    T *zr = s.plane(0, h, ld), *zi = s.plane(1, h, ld);
-    T *wr = s.plane(2, h, ld), *wi = s.plane(3, h, ld);
+    FusedScratch<T> s(h, ld);
+    T *zr = s.zr, *zi = s.zi, *wr = s.wr, *wi = s.wi;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t b = 0; b < B; ++b) {
       spread_gather_1d<T>(x + b * N, v + b * N * C, N, C, density, fg, s.gather, zr, zi, ld);
@@ -883,10 +887,8 @@ void nufft2_1d(const T* x, const T* re, const T* im, std::int64_t B, std::int64_
   const bool parallel = B > 1 && B * M * O * fg.w >= kSerialWork / 4;
 #pragma omp parallel if (parallel)
   {
-    FusedScratch<T> s;
-    s.planes.assign(static_cast<std::size_t>(4 * h * ld), T(0));
-    T *zr = s.plane(0, h, ld), *zi = s.plane(1, h, ld);
-    T *wr = s.plane(2, h, ld), *wi = s.plane(3, h, ld);
+    FusedScratch<T> s(h, ld);
+    T *zr = s.zr, *zi = s.zi, *wr = s.wr, *wi = s.wi;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t b = 0; b < B; ++b) {
       pack_modes<T>(re + b * F * O, im + b * F * O, O, K, scale, sign_im, h, ld, zr, zi);

@@ -191,6 +191,11 @@ def _spectrum_shape(st: FineGridSetup) -> tuple[int, ...]:
     return (st.K[0] + 1,) if st.dim == 1 else (st.nf[0], st.K[1] + 1)
 
 
+def _fused_args(st: FineGridSetup) -> tuple:
+    """The fine-grid arguments of the fused 1-D passes: ``nf, dxi, w, beta, poly, K``."""
+    return list(st.nf), list(st.dxi), st.w, st.beta, st.poly, st.K[0]
+
+
 def _forward_fft(g: np.ndarray, st: FineGridSetup) -> np.ndarray:
     """Real FFT of the spread grid ``g`` (b, *nf, C), pruned to the columns holding modes:
     in 2-D the c2c pass along the first axis runs on ``K1 + 1`` of the ``nf1 / 2 + 1`` real-FFT
@@ -241,12 +246,7 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
         _C.nudft.nufft1_1d(
             x.numpy(),
             vv.numpy(),
-            list(st.nf),
-            list(st.dxi),
-            st.w,
-            st.beta,
-            st.poly,
-            st.K[0],
+            *_fused_args(st),
             scale,
             -sign,
             re.numpy(),
@@ -316,12 +316,7 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
             x.numpy(),
             re.numpy(),
             im.numpy(),
-            list(st.nf),
-            list(st.dxi),
-            st.w,
-            st.beta,
-            st.poly,
-            st.K[0],
+            *_fused_args(st),
             scale,
             sign,
             y.numpy(),
