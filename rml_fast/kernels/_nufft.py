@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,10 +208,10 @@ def _forward_fft(g: np.ndarray, st: FineGridSetup) -> np.ndarray:
     return np.ascontiguousarray(_fft.fft(A, axis=1, workers=wk, overwrite_x=True))
 
 
-def _inverse_fft(X: np.ndarray, st: FineGridSetup) -> np.ndarray:
+def _inverse_fft(X: np.ndarray, st: FineGridSetup, workers: int | None = None) -> np.ndarray:
     """Inverse of :func:`_forward_fft` (up to the normalisation): ``irfftn`` of the pruned
     spectrum ``X`` (b, *spectrum_shape, C), zero-padded on the fly."""
-    wk = _workers(X)
+    wk = _workers(X) if workers is None else workers
     if st.dim == 1:
         return _fft.irfft(X, n=st.nf[0], axis=1, workers=wk)
     T = _fft.ifft(X, axis=1, workers=wk, overwrite_x=True)
@@ -260,31 +261,46 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
     axes = (1,) if st.dim == 1 else (1, 2)
     gbuf = torch.empty(step, *st.nf, Cp, dtype=dtype)
-    for b0 in range(0, B, step):
-        b1 = min(B, b0 + step)
-        g = gbuf[: b1 - b0]
-        _C.nudft.spread(
-            x[b0:b1].numpy(),
-            vv[b0:b1].numpy(),
-            nf,
-            dxi,
-            st.w,
-            st.beta,
-            density,
-            g.numpy(),
-            st.poly,
-        )
-        S = np.ascontiguousarray(_fft.rfftn(g.numpy(), axes=axes, workers=_workers(g.numpy())))
-        _C.nudft.modes_out(
-            S,
-            K,
-            scale,
-            -sign,
-            re[b0:b1].numpy(),
-            im[b0:b1].numpy(),
-            None if dre is None else dre[b0:b1].numpy(),
-            None if dim is None else dim[b0:b1].numpy(),
-        )
+
+    def chunks(starts: list[int], buf: torch.Tensor, workers: int | None) -> None:
+        for b0 in starts:
+            b1 = min(B, b0 + step)
+            g = buf[: b1 - b0]
+            _C.nudft.spread(
+                x[b0:b1].numpy(),
+                vv[b0:b1].numpy(),
+                nf,
+                dxi,
+                st.w,
+                st.beta,
+                density,
+                g.numpy(),
+                st.poly,
+            )
+            wk = _workers(g.numpy()) if workers is None else workers
+            S = np.ascontiguousarray(_fft.rfftn(g.numpy(), axes=axes, workers=wk))
+            _C.nudft.modes_out(
+                S,
+                K,
+                scale,
+                -sign,
+                re[b0:b1].numpy(),
+                im[b0:b1].numpy(),
+                None if dre is None else dre[b0:b1].numpy(),
+                None if dim is None else dim[b0:b1].numpy(),
+            )
+
+    starts = list(range(0, B, step))
+    nw = min(len(starts), max(1, torch.get_num_threads()))
+    if step == 1 and nw > 1:
+        # one batch element per chunk: spreading has no batch to parallelise over, so the
+        # chunks run on nw Python threads (the C++ passes and pocketfft release the GIL), each
+        # with its own grid buffer and single-threaded FFTs
+        bufs = [gbuf] + [torch.empty_like(gbuf) for _ in range(nw - 1)]
+        with ThreadPoolExecutor(nw) as pool:
+            list(pool.map(chunks, [starts[k::nw] for k in range(nw)], bufs, [1] * nw))
+    else:
+        chunks(starts, gbuf, None)
     return re, im, dre, dim
 
 
@@ -325,10 +341,13 @@ def nufft_type2(x, re, im, w, grid, sign: int) -> torch.Tensor:
     step = _chunk(B, cells, n_out, re.element_size())
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
     cdt = np.complex128 if dtype == torch.float64 else np.complex64
+    # one batch element per chunk (2-D image grids): the FFT on all threads (the
+    # interpolation is parallel over points already)
+    fft_workers = max(1, torch.get_num_threads()) if step == 1 else None
     for b0 in range(0, B, step):
         b1 = min(B, b0 + step)
         X = np.empty((b1 - b0, *_spectrum_shape(st), n_out), dtype=cdt)
         _C.nudft.modes_in(re[b0:b1].numpy(), im[b0:b1].numpy(), K, scale, sign, X)
-        g = np.ascontiguousarray(_inverse_fft(X, st), dtype=_NP[dtype])
+        g = np.ascontiguousarray(_inverse_fft(X, st, fft_workers), dtype=_NP[dtype])
         _C.nudft.interp(x[b0:b1].numpy(), g, nf, dxi, st.w, st.beta, y[b0:b1].numpy(), st.poly)
     return y

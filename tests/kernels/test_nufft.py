@@ -265,3 +265,23 @@ def test_fused_1d_rejects_bad_grids() -> None:
         _C.nudft.nufft1_1d(
             x, v, [200], [0.1], st.w, st.beta, None, 100, np.ones(101), 1, big, big.copy()
         )
+
+
+def test_2d_type1_chunks_on_threads_equal_serial() -> None:
+    """On the image grid one batch element fills a chunk, and with several torch threads the
+    chunks run on a thread pool (own grid buffer each): same result as one thread, bit for bit."""
+    g = GRIDS["2d-images"]()
+    x, v = _data(5, 300, 3, 2, seed=3)
+    x, v = x.float(), v.float()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = nufft_type1(x, v, g, -1, True)
+        torch.set_num_threads(3)
+        pooled = nufft_type1(x, v, g, -1, True)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(serial, pooled, strict=True):
+        assert torch.equal(a, b)
+    ref = nudft_type1_reference(x.double(), v.double(), g, density=True)
+    assert _rel(torch.complex(pooled[0], pooled[1]).to(ref[0].dtype), ref[0]) < 1e-5
