@@ -303,11 +303,7 @@ inline std::int64_t es_weights(double x, double dxi, std::int64_t nf, const Fine
   const double j0 = std::ceil(u - half);
   if (fg.poly != nullptr) {
     const double tt = 2.0 * (j0 - (u - half)) - 1.0;
-    if (w == 7) {
-      horner<7>(fg.poly, fg.degree, tt, out);
-    } else if (w == 8) {
-      horner<8>(fg.poly, fg.degree, tt, out);
-    } else if (w == 9) {
+    if (w == 9) {  // the float32 2-D width (1-D weights come from axis_weights)
       horner<9>(fg.poly, fg.degree, tt, out);
     } else {
       const double* c = fg.poly;
@@ -395,9 +391,10 @@ RML_MULTIVERSION void axis_weights(const double* xa, std::int64_t P, int axis, c
   }
 }
 
-// The periodic stencil of one point, shared by spreading and interpolation: calls
-// visit(cell, weight) for the w^d fine-grid cells (row-major index) around the point, with the
-// tensor-product kernel weight. Inlined into the callers' (multiversioned) loops.
+// The periodic 2-D stencil of one point for the scatter-form spreading (spread_one): calls
+// visit(cell, weight) for the w^2 fine-grid cells (row-major index) around the point, with the
+// tensor-product kernel weight. Inlined into the caller's (multiversioned) loop. (1-D
+// spreading is in gather form and interpolation batches its weights: axis_weights.)
 template <typename T, typename Visit>
 __attribute__((always_inline)) inline void visit_stencil(const FineGrid& fg, const T* xp,
                                                          Visit&& visit) {
@@ -405,14 +402,6 @@ __attribute__((always_inline)) inline void visit_stencil(const FineGrid& fg, con
   const std::int64_t nf0 = fg.nf[0];
   double k0[kMaxWidth];
   const std::int64_t j0 = es_weights(static_cast<double>(xp[0]), fg.dxi[0], nf0, fg, k0);
-  if (fg.dim == 1) {
-    for (int i = 0; i < w; ++i) {
-      std::int64_t r = j0 + i;
-      if (r >= nf0) r -= nf0;
-      visit(r, static_cast<T>(k0[i]));
-    }
-    return;
-  }
   const std::int64_t nf1 = fg.nf[1];
   double k1[kMaxWidth];
   const std::int64_t j1 = es_weights(static_cast<double>(xp[1]), fg.dxi[1], nf1, fg, k1);
@@ -563,7 +552,7 @@ RML_MULTIVERSION void spread_gather_1d(const T* xb, const T* vb, std::int64_t N,
   }
 }
 
-// Spreads the points of one batch element onto its (zeroed) grid gb [cells, Cg]:
+// Spreads the points of one batch element onto its (zeroed) 2-D grid gb [cells, Cg] (scatter form):
 // channel-contiguous axpy per stencil cell, the density channel (ones) last.
 template <typename T>
 RML_MULTIVERSION void spread_one(const T* xb, const T* vb, const std::int64_t* order,
