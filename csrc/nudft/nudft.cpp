@@ -552,8 +552,8 @@ RML_MULTIVERSION void spread_gather_1d(const T* xb, const T* vb, std::int64_t N,
   }
 }
 
-// Spreads the points of one batch element onto its (zeroed) 2-D grid gb [cells, Cg] (scatter form):
-// channel-contiguous axpy per stencil cell, the density channel (ones) last.
+// Spreads the points of one batch element onto its (zeroed) 2-D grid gb [cells, Cg] in scatter
+// form: channel-contiguous axpy per stencil cell, the density channel (ones) last.
 template <typename T>
 RML_MULTIVERSION void spread_one(const T* xb, const T* vb, const std::int64_t* order,
                                  std::int64_t N, std::int64_t C, bool ones, const FineGrid& fg,
