@@ -177,6 +177,13 @@ void interp_impl(const py::array& x, const py::array& g, const rml::nudft::FineG
 
 bool is_f64(const py::array& a) { return a.dtype().is(py::dtype::of<double>()); }
 
+// Whether a holds std::complex<T>, by kind and size (numpy hands out equal complex dtypes as
+// distinct objects, e.g. scipy's fft output, so an identity check is not enough).
+template <typename T>
+bool is_complex(const py::array& a) {
+  return a.dtype().kind() == 'c' && a.dtype().itemsize() == static_cast<py::ssize_t>(2 * sizeof(T));
+}
+
 // The fused 1-D transforms need an even fine grid with the modes below its Nyquist row.
 void check_fused_1d(const rml::nudft::FineGrid& fg, std::int64_t K) {
   if (fg.dim != 1) throw py::value_error("nf must have one entry (1-D)");
@@ -239,7 +246,7 @@ void row_fft_impl(py::array& re, py::array& im, int sign) {
 // Complex spectrum arrays (complex64 / complex128) viewed as interleaved real pairs.
 template <typename T>
 const T* complex_view(const py::array& a, const char* name, const std::vector<py::ssize_t>& shape) {
-  if (!a.dtype().is(py::dtype::of<std::complex<T>>())) {
+  if (!is_complex<T>(a)) {
     throw py::type_error(std::string(name) + ": expected dtype " +
                          std::string(py::str(py::dtype::of<std::complex<T>>())) + ", got " +
                          std::string(py::str(a.dtype())));
@@ -454,7 +461,7 @@ void register_nudft(py::module_ m) {
         if (dens_re.is_none() != dens_im.is_none()) {
           throw py::value_error("dens_re and dens_im must both be arrays or both None");
         }
-        if (S.dtype().is(py::dtype::of<std::complex<double>>())) {
+        if (is_complex<double>(S)) {
           modes_out_impl<double>(S, K, scale, sign_im, re, im, dens_re, dens_im);
         } else {
           modes_out_impl<float>(S, K, scale, sign_im, re, im, dens_re, dens_im);

@@ -187,9 +187,9 @@ def _last_axis_zero(st: FineGridSetup) -> np.ndarray:
 
 
 def _spectrum_shape(st: FineGridSetup) -> tuple[int, ...]:
-    """The pruned spectrum of one batch element: the ``K + 1`` non-negative modes (1-D); all
-    rows but only the ``K1 + 1`` mode columns (2-D)."""
-    return (st.K[0] + 1,) if st.dim == 1 else (st.nf[0], st.K[1] + 1)
+    """The pruned 2-D spectrum of one batch element: all rows but only the ``K1 + 1`` mode
+    columns."""
+    return (st.nf[0], st.K[1] + 1)
 
 
 def _fused_args(st: FineGridSetup) -> tuple:
@@ -197,23 +197,18 @@ def _fused_args(st: FineGridSetup) -> tuple:
     return list(st.nf), list(st.dxi), st.w, st.beta, st.poly, st.K[0]
 
 
-def _forward_fft(g: np.ndarray, st: FineGridSetup) -> np.ndarray:
-    """Real FFT of the spread grid ``g`` (b, *nf, C), pruned to the columns holding modes:
-    in 2-D the c2c pass along the first axis runs on ``K1 + 1`` of the ``nf1 / 2 + 1`` real-FFT
-    columns only (about half of its work)."""
-    wk = _workers(g)
-    if st.dim == 1:
-        return np.ascontiguousarray(_fft.rfft(g, axis=1, workers=wk))
-    A = _fft.rfft(g, axis=2, workers=wk)[:, :, : st.K[1] + 1]
-    return np.ascontiguousarray(_fft.fft(A, axis=1, workers=wk, overwrite_x=True))
+def _forward_fft(g: np.ndarray, st: FineGridSetup, workers: int) -> np.ndarray:
+    """2-D real FFT of the spread grid ``g`` (b, nf0, nf1, C), pruned to the columns holding
+    modes: the c2c pass along the first axis runs on ``K1 + 1`` of the ``nf1 / 2 + 1`` real-FFT
+    columns only (about half of its work). (1-D transforms use the fused C++ pass.)"""
+    A = _fft.rfft(g, axis=2, workers=workers)[:, :, : st.K[1] + 1]
+    return np.ascontiguousarray(_fft.fft(A, axis=1, workers=workers, overwrite_x=True))
 
 
 def _inverse_fft(X: np.ndarray, st: FineGridSetup, workers: int | None = None) -> np.ndarray:
-    """Inverse of :func:`_forward_fft` (up to the normalisation): ``irfftn`` of the pruned
-    spectrum ``X`` (b, *spectrum_shape, C), zero-padded on the fly."""
+    """Inverse of :func:`_forward_fft` (up to the normalisation): ``irfftn`` of the pruned 2-D
+    spectrum ``X`` (b, nf0, K1 + 1, C), zero-padded on the fly."""
     wk = _workers(X) if workers is None else workers
-    if st.dim == 1:
-        return _fft.irfft(X, n=st.nf[0], axis=1, workers=wk)
     T = _fft.ifft(X, axis=1, workers=wk, overwrite_x=True)
     return _fft.irfft(T, n=st.nf[1], axis=2, workers=wk, overwrite_x=True)
 
@@ -259,7 +254,6 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
     cells = math.prod(st.nf)
     step = _chunk(B, cells, Cp, vv.element_size())
     nf, dxi, K = list(st.nf), list(st.dxi), list(st.K)
-    axes = (1,) if st.dim == 1 else (1, 2)
     gbuf = torch.empty(step, *st.nf, Cp, dtype=dtype)
 
     def chunks(starts: list[int], buf: torch.Tensor, workers: int | None) -> None:
@@ -278,7 +272,7 @@ def nufft_type1(x: torch.Tensor, v: torch.Tensor, grid, sign: int, density: bool
                 st.poly,
             )
             wk = _workers(g.numpy()) if workers is None else workers
-            S = np.ascontiguousarray(_fft.rfftn(g.numpy(), axes=axes, workers=wk))
+            S = _forward_fft(g.numpy(), st, wk)
             _C.nudft.modes_out(
                 S,
                 K,
