@@ -292,12 +292,14 @@ class FallingRashomonSet(_Params):
     Parameters
     ----------
     {common}
-    rashomon_multiplier : float, default=0.05
-        ``theta = (1 + rashomon_multiplier) R*`` unless an adder or bound is given.
+    rashomon_multiplier : float or None, default=None
+        ``theta = (1 + rashomon_multiplier) R*``; when none of the three ``rashomon_*``
+        parameters is given, ``rashomon_multiplier=0.05`` is used.
     rashomon_adder : float or None, default=None
         ``theta = R* + rashomon_adder``.
     rashomon_bound : float or None, default=None
-        Absolute ``theta``.
+        Absolute ``theta``. Give at most one of ``rashomon_multiplier``, ``rashomon_adder``
+        and ``rashomon_bound``; ``fit`` raises ``ValueError`` naming them otherwise.
     max_trees : int, default=10**7
         ``objectives_`` lists at most this many trees; ``len`` stays exact and any index
         can be built lazily.
@@ -328,7 +330,7 @@ class FallingRashomonSet(_Params):
     """
 
     def __init__(self, regularization: float = 0.01, depth_budget: int = 4,
-                 branch_budget: int | None = None, rashomon_multiplier: float = 0.05,
+                 branch_budget: int | None = None, rashomon_multiplier: float | None = None,
                  rashomon_adder: float | None = None, rashomon_bound: float | None = None,
                  loss: str = "misclassification", tau: float = 0.5,
                  fn_cost: float | None = None, falling: bool = True,
@@ -357,14 +359,18 @@ class FallingRashomonSet(_Params):
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> FallingRashomonSet:
         """Find the optimum and the whole Rashomon set on 0/1 ``X`` (n, p) and ``y`` (n,)."""
-        if self.rashomon_adder is not None and self.rashomon_bound is not None:
-            raise ValueError("give at most one of rashomon_adder and rashomon_bound")
+        given = [name for name in ("rashomon_multiplier", "rashomon_adder", "rashomon_bound")
+                 if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of rashomon_multiplier, rashomon_adder and "
+                             f"rashomon_bound (each sets theta); got {' and '.join(given)}")
         if self.rashomon_bound is not None:
             mode, value, name = "bound", self.rashomon_bound, "rashomon_bound"
         elif self.rashomon_adder is not None:
             mode, value, name = "adder", self.rashomon_adder, "rashomon_adder"
         else:
-            mode, value, name = "multiplier", self.rashomon_multiplier, "rashomon_multiplier"
+            value = 0.05 if self.rashomon_multiplier is None else self.rashomon_multiplier
+            mode, name = "multiplier", "rashomon_multiplier"
         value = check_scalar(value, name, Interval("real", 0, None))
         max_trees = check_scalar(self.max_trees, "max_trees", Interval("int", 1, None))
         res = _search(self, X, y, sample_weight, bound_mode=mode, bound_value=value,

@@ -167,6 +167,19 @@ def test_adder_and_bound_modes():
     assert len(bound) == len(add)
     with pytest.raises(ValueError, match="at most one"):
         FallingRashomonSet(rashomon_adder=0.1, rashomon_bound=0.3).fit(X, y)
+    # the default multiplier is 0.05 when no rashomon_* parameter is given
+    mult = FallingRashomonSet(depth_budget=2, rashomon_multiplier=0.05, progress=False).fit(X, y)
+    assert base.theta_ == mult.theta_ == pytest.approx(1.05 * base.optimal_objective_)
+
+
+@pytest.mark.parametrize("other", [{"rashomon_adder": 0.02}, {"rashomon_bound": 0.3}])
+def test_multiplier_with_adder_or_bound_is_rejected(other):
+    X, y = _data(4, 150, 5)
+    est = FallingRashomonSet(depth_budget=2, rashomon_multiplier=0.1, progress=False, **other)
+    (name,) = other
+    with pytest.raises(ValueError, match=f"rashomon_multiplier and {name}"):
+        est.fit(X, y)
+    assert not hasattr(est, "n_trees_")
 
 
 def test_max_trees_keeps_exact_count_and_lazy_access():
