@@ -167,7 +167,9 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
         torch.set_num_threads(threads)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python benchmarks/bench_circuits.py [--quick] [--out DIR] ...
+    import sys
+
     from run_all import main
 
-    raise SystemExit(main([SUITE]))
+    raise SystemExit(main(sys.argv[1:], suite=SUITE))

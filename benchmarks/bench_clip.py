@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rml_fast.benchmarking import Suite
+from rml_fast.benchmarking import Suite, import_skip_reason
 from rml_fast.privacy.dp_c4 import DPC4Optimizer
 
 SUITE = "clip"
@@ -252,8 +252,10 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
         import opacus  # noqa: F401
 
         peers = ["opacus hooks", "opacus ghost"]
-    except ImportError:
+        missing = ""
+    except ImportError as exc:
         peers = []
+        missing = import_skip_reason(exc)
     # CPU memory: each side's training peak in a fresh process (see _probe); on CUDA the
     # caching allocator's peak of one step (Suite's default)
     cpu = device == "cpu"
@@ -283,6 +285,9 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                     "rml_fast dpsgd", "opacus hooks")
             compare(case, ours, _opacus_ghost(copy.deepcopy(model), x, y),
                     "rml_fast dpsgd", "opacus ghost")
+        else:
+            for name in ("opacus hooks", "opacus ghost"):
+                suite.skip(case, peer_name=name, reason=missing, device=device)
     # the low-memory modes (two backwards, like Opacus ghost) against non-private training,
     # whose memory they match, and against Opacus ghost
     for side in low_sides:
@@ -294,6 +299,8 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
                 warnings.simplefilter("ignore")
                 compare(row_case, mine, _opacus_ghost(copy.deepcopy(model), x, y),
                         side, "opacus ghost")
+        else:
+            suite.skip(row_case, peer_name="opacus ghost", reason=missing, device=device)
 
 
 _SIDES.update({
@@ -381,4 +388,4 @@ if __name__ == "__main__":
         raise SystemExit(0)
     from run_all import main
 
-    raise SystemExit(main([SUITE]))
+    raise SystemExit(main(sys.argv[1:], suite=SUITE))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rml_fast.benchmarking import Suite
+from rml_fast.benchmarking import Suite, import_skip_reason
 from rml_fast.kernels.gravitree import gravitree_fit
 
 SUITE = "gravitree"
@@ -129,8 +129,9 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     n_ours = len(ours_fit(x, y, d, lam, eps))
     try:
         n_tf: int | None = treefarms_fit(x, y, d, lam, eps)
-    except ImportError:
+    except ImportError as exc:
         n_tf = None
+        suite.skip(case, peer_name="treefarms", reason=import_skip_reason(exc))
     if n_tf is not None:
         row = suite.compare(case, lambda: ours_fit(x, y, d, lam, eps),
                             lambda: treefarms_fit(x, y, d, lam, eps), peer_name="treefarms",
@@ -187,9 +188,15 @@ def _rule_list_body(suite: Suite, case: dict[str, Any]) -> None:
 
     from rml_fast.trees import FallingTreeClassifier
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from imodels import GreedyRuleListClassifier
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from imodels import GreedyRuleListClassifier
+    except ImportError as exc:
+        for label in ("falling rule list", "falling tree d3"):
+            suite.skip({**case, "model": label}, peer_name="imodels GreedyRuleList",
+                       reason=import_skip_reason(exc))
+        return
     x, y = load(case["name"])
 
     def frl() -> Any:
@@ -232,10 +239,7 @@ def cases(quick: bool) -> list[dict[str, Any]]:
         {"name": n, "depth": d, "lam": lam, "eps": eps}
         for n, d, lam, eps in product(DATASETS, (2, 3, 4), (0.005, 0.01, 0.02),
                                       (0.01, 0.05, 0.1))]
-    try:
-        import imodels  # noqa: F401
-    except ImportError:
-        return out
+    # without imodels these cases record skipped rows (see _rule_list_body)
     return out + [{"kind": "rulelist", "name": n}
                   for n in ("compas-binned", "fico-binary", "monk_2", "breast-cancer")]
 
@@ -245,7 +249,7 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
                                                                            _dispatch)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python benchmarks/bench_gravitree.py [--quick] [--out DIR] ...
     from run_all import main
 
-    raise SystemExit(main([SUITE]))
+    raise SystemExit(main(sys.argv[1:], suite=SUITE))

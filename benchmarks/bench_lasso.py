@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from rml_fast.benchmarking import Suite
+from rml_fast.benchmarking import Suite, import_skip_reason
 from rml_fast.kernels.lasso import lasso_path
 
 SUITE = "lasso"
@@ -92,6 +92,7 @@ def _env_list(name: str) -> list[str] | None:
 
 
 def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
+    """Peer name -> timed callable, or -> the reason (str) where the peer cannot be imported."""
     peers: dict[str, Any] = {}
     d = D.shape[0]
     cols = [np.ascontiguousarray(Y[:, b]) for b in range(Y.shape[1])]
@@ -103,8 +104,8 @@ def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
                 sk_path(D, y, alphas=lams, tol=REL_TOL / 2, max_iter=100_000)
 
         peers["sklearn lasso_path"] = sklearn_run
-    except ImportError:
-        pass
+    except ImportError as exc:
+        peers["sklearn lasso_path"] = import_skip_reason(exc)
     try:
         from celer import celer_path
 
@@ -113,8 +114,8 @@ def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
                 celer_path(D, y, "lasso", alphas=lams.astype(D.dtype), tol=REL_TOL / 2, max_iter=100)
 
         peers["celer celer_path"] = celer_run
-    except ImportError:
-        pass
+    except ImportError as exc:
+        peers["celer celer_path"] = import_skip_reason(exc)
     try:
         from skglm import Lasso as SkglmLasso
 
@@ -131,8 +132,8 @@ def _peers(D: np.ndarray, Y: np.ndarray, lams: np.ndarray) -> dict[str, Any]:
                     est.fit(D, y)
 
         peers["skglm Lasso (warm loop)"] = skglm_run
-    except ImportError:
-        pass
+    except ImportError as exc:
+        peers["skglm Lasso (warm loop)"] = import_skip_reason(exc)
     want = _env_list("RML_FAST_BENCH_LASSO_PEERS")
     if want:
         peers = {k: v for k, v in peers.items() if any(w in k for w in want)}
@@ -160,6 +161,9 @@ def _body(suite: Suite, case: dict[str, Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # peers' convergence warnings at float32
         for name, peer in _peers(D, Y, lams).items():
+            if isinstance(peer, str):  # not installed: the reason
+                suite.skip(case, peer_name=name, reason=peer)
+                continue
             suite.compare(case, ours, peer, peer_name=name, note=note, memory=False)
 
 
@@ -188,7 +192,9 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
     return Suite(SUITE, quick=quick, progress=progress, repeat=repeat, warmup=warmup).run(cases, _body)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python benchmarks/bench_lasso.py [--quick] [--out DIR] ...
+    import sys
+
     from run_all import main
 
-    raise SystemExit(main([SUITE]))
+    raise SystemExit(main(sys.argv[1:], suite=SUITE))

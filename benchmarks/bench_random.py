@@ -47,7 +47,9 @@ def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite
     return Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python benchmarks/bench_random.py [--quick] [--out DIR] ...
+    import sys
+
     from run_all import main
 
-    raise SystemExit(main([SUITE]))
+    raise SystemExit(main(sys.argv[1:], suite=SUITE))

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rml_fast.benchmarking import Suite
+from rml_fast.benchmarking import Suite, missing_peer
 from rml_fast.kernels.sgg import _radius_nodes, angle_cdf_table, sgg_sample
 from rml_fast.privacy import PrivacyLossDistribution, SGGMechanism, optimal_sgg
 from rml_fast.privacy.sgg import _composed_pld
@@ -71,6 +71,9 @@ def _dp_accounting() -> Any:
 def _compose(suite: Suite, case: dict[str, Any]) -> None:
     dpa = _dp_accounting()
     if dpa is None:
+        for est, name in (("connect_dots", "connect-dots"), ("bucket", "pessimistic")):
+            suite.skip({**case, "estimator": est}, peer_name=f"dp-accounting ({name})",
+                       reason=missing_peer("dp_accounting") or "dp_accounting failed to import")
         return
     from dp_accounting.pld import privacy_loss_distribution as dpl
 
@@ -98,6 +101,8 @@ def _calibrate(suite: Suite, case: dict[str, Any]) -> None:
     """Gaussian calibration: ours (closed form) vs dp-accounting's PLD calibration."""
     dpa = _dp_accounting()
     if dpa is None:
+        suite.skip(case, peer_name="dp-accounting calibrate_dp_mechanism",
+                   reason=missing_peer("dp_accounting") or "dp_accounting failed to import")
         return
     dim, eps, n = case["dim"], case["eps"], case["n_comp"]
 
@@ -214,7 +219,9 @@ def run(
     return suite
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python benchmarks/bench_sgg.py [--quick] [--out DIR] ...
+    import sys
+
     from run_all import main
 
-    raise SystemExit(main([SUITE]))
+    raise SystemExit(main(sys.argv[1:], suite=SUITE))

@@ -5,14 +5,22 @@ timed over several runs and summarised by the median and the 20/80 % quantiles. 
 is ``peer_median / ours_median`` (> 1 means rml_fast is faster). Peak memory is the peak
 resident-set growth during one extra call (CPU, sampled every millisecond) or
 ``torch.cuda.max_memory_allocated`` (CUDA). Results are rows of plain JSON.
+
+A peer that is not installed is not silently dropped: :meth:`Suite.skip` records a row with
+``skipped`` (the reason) and no timings, shown in the table, the JSON and the plot's note.
+A ``quick`` suite saves to ``<name>.quick.json`` so that it never replaces full results.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
 import platform
+import re
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -172,6 +180,7 @@ def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "python": platform.python_version(),
         "rml_fast": version("rml_fast"),
         "numpy": np.__version__,
@@ -190,6 +199,127 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_note(machine: dict[str, Any] | None, *, quick: bool = False) -> str:
+    """One line naming the machine (CPU, cores, threads, versions) and quick mode, for plots.
+
+    Examples
+    --------
+    >>> machine_note({"cpu_model": "Xeon", "cpu_count": 2, "torch_threads": 2,
+    ...               "openmp_threads": 2}, quick=True)
+    'Xeon, 2 CPUs, torch threads 2, OpenMP threads 2 | QUICK MODE: smallest sizes only'
+    """
+    m = machine or {}
+    parts = [str(m.get("cpu_model") or m.get("processor") or "unknown CPU")]
+    if m.get("cpu_count"):
+        parts.append(f"{m['cpu_count']} CPUs")
+    if m.get("cuda_device"):
+        parts.append(f"GPU {m['cuda_device']}")
+    for key, label in (("torch_threads", "torch threads"), ("openmp_threads", "OpenMP threads")):
+        if m.get(key) is not None:
+            parts.append(f"{label} {m[key]}")
+    for key in ("rml_fast", "torch"):
+        if m.get(key):
+            parts.append(f"{key} {m[key]}")
+    note = ", ".join(parts)
+    return note + (" | QUICK MODE: smallest sizes only" if quick else "")
+
+
+# import name -> distribution name, where the two differ beyond '-' vs '_'
+_DIST_OF_MODULE = {"sklearn": "scikit-learn", "skopt": "scikit-optimize"}
+_EXTRA_PREFERENCE = ("bench", "gpu", "federated", "test")
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def optional_extra(module: str) -> str | None:
+    """The pip extra of rml_fast that installs ``module`` (e.g. ``"bench"``), or None.
+
+    Read from the installed package's metadata, so it follows ``pyproject.toml``; None for a
+    core dependency or a module no extra provides.
+    """
+    top = module.split(".")[0]
+    dist = _normalise(_DIST_OF_MODULE.get(top, top))
+    try:
+        requires = importlib.metadata.requires("rml_fast") or []
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return None
+    extras = set()
+    for req in requires:
+        spec, _, marker = req.partition(";")
+        name = re.split(r"[<>=!~\[ ;]", spec.strip(), maxsplit=1)[0]
+        found = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
+        if found and _normalise(name) == dist:
+            extras.add(found.group(1))
+    for extra in _EXTRA_PREFERENCE:
+        if extra in extras:
+            return extra
+    return min(extras) if extras else None
+
+
+def missing_dependency_message(exc: BaseException) -> str | None:
+    """One line for an optional dependency that is not installed, or None.
+
+    Follows the chain of ``exc`` (``raise ... from``) to a ``ModuleNotFoundError`` whose
+    module one of rml_fast's pip extras provides, and names the extra to install; None for
+    anything else (a missing core module or an error inside rml_fast is a bug, not an
+    optional peer).
+    """
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ModuleNotFoundError) and err.name:
+            extra = optional_extra(err.name)
+            if extra is not None:
+                top = err.name.split(".")[0]
+                return (
+                    f"the optional dependency {top!r} is not installed: "
+                    f"pip install 'rml_fast[{extra}]' (or pip install {_DIST_OF_MODULE.get(top, top)})"
+                )
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def missing_peer(module: str) -> str | None:
+    """None where the peer library ``module`` can be imported, else the reason to skip its rows.
+
+    Examples
+    --------
+    >>> missing_peer("json") is None
+    True
+    >>> missing_peer("no_such_peer_module")
+    'no_such_peer_module is not installed'
+    """
+    top = module.split(".")[0]
+    if importlib.util.find_spec(top) is not None:
+        return None
+    extra = optional_extra(top)
+    hint = f" (pip install 'rml_fast[{extra}]')" if extra else ""
+    return f"{top} is not installed{hint}"
+
+
+def import_skip_reason(exc: ImportError) -> str:
+    """The reason for a skipped row when importing a peer raised ``exc``."""
+    name = getattr(exc, "name", None)
+    if isinstance(exc, ModuleNotFoundError) and name:
+        return missing_peer(name) or f"{name} failed to import: {exc}"
+    return f"import failed: {exc}"
+
+
 @dataclass
 class Suite:
     """A benchmark suite: cases of ours-vs-peer comparisons and their result rows.
@@ -197,9 +327,11 @@ class Suite:
     Parameters
     ----------
     name : str
-        Family name; results go to ``<out_dir>/<name>.json``.
+        Family name; results go to ``<out_dir>/<name>.json`` (``<name>.quick.json`` when
+        ``quick``).
     quick : bool, default=False
-        Run every case at its smallest size (the suite module decides the sizes).
+        Run every case at its smallest size (the suite module decides the sizes). Its results
+        are saved under another name, so a quick run never replaces full results.
     repeat, warmup : int
         Passed to :func:`time_call`.
     progress : bool, default=True
@@ -212,6 +344,55 @@ class Suite:
     warmup: int = 1
     progress: bool = True
     rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def result_name(self) -> str:
+        """File stem of the saved results: ``name``, or ``name + ".quick"`` for a quick run."""
+        return f"{self.name}.quick" if self.quick else self.name
+
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """The rows of peers that did not run (each with its ``skipped`` reason)."""
+        return [r for r in self.rows if r.get("skipped")]
+
+    def skip(
+        self,
+        case: dict[str, Any],
+        *,
+        peer_name: str,
+        reason: str,
+        device: str = "cpu",
+    ) -> dict[str, Any]:
+        """Record that ``peer_name`` did not run on ``case`` (e.g. not installed); returns the row.
+
+        The row has the keys of a timed row with ``None`` timings and ``skipped`` = ``reason``;
+        the table and the JSON show it, the plot names it in its note.
+        """
+        logger.info("bench %s: %s skipped on %s: %s", self.name, peer_name, _case_str(case), reason)
+        row: dict[str, Any] = {
+            "suite": self.name,
+            "case": dict(case),
+            "device": device,
+            "peer": peer_name,
+            "skipped": str(reason),
+            **dict.fromkeys(
+                (
+                    "ours_median_s",
+                    "ours_q20_s",
+                    "ours_q80_s",
+                    "peer_median_s",
+                    "peer_q20_s",
+                    "peer_q80_s",
+                    "ratio",
+                    "ours_peak_mb",
+                    "peer_peak_mb",
+                )
+            ),
+            "repeat": self.repeat,
+            "note": None,
+        }
+        self.rows.append(row)
+        return row
 
     def compare(
         self,
@@ -273,15 +454,31 @@ class Suite:
 
     def table(self) -> Any:
         """The rows as a ``rich.table.Table``."""
+        from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=f"rml_fast bench: {self.name} (ratio = peer time / our time)")
+        quick = " (quick mode: smallest sizes)" if self.quick else ""
+        table = Table(
+            title=escape(f"rml_fast bench: {self.name}{quick}, ratio = peer time / our time")
+        )
         for col in ("case", "peer", "ours median", "peer median", "ratio", "ours MiB", "peer MiB"):
             table.add_column(col, justify="left" if col in ("case", "peer") else "right")
         for r in self.rows:
+            if r.get("skipped"):
+                reason = escape("(skipped: " + str(r["skipped"]) + ")")
+                table.add_row(
+                    escape(_case_str(r["case"])),
+                    f"{escape(r['peer'])} [yellow]{reason}[/yellow]",
+                    "-",
+                    "-",
+                    "[yellow]skipped[/yellow]",
+                    "-",
+                    "-",
+                )
+                continue
             table.add_row(
-                _case_str(r["case"]),
-                r["peer"],
+                escape(_case_str(r["case"])),
+                escape(r["peer"]),
                 _fmt_s(r["ours_median_s"]),
                 _fmt_s(r["peer_median_s"]),
                 f"{r['ratio']:.2f}x",
@@ -291,42 +488,133 @@ class Suite:
         return table
 
     def save(self, out_dir: str | os.PathLike[str], *, plot: bool = False) -> Path:
-        """Write ``<out_dir>/<name>.json`` (and ``<name>.png`` if ``plot``); returns the JSON path."""
+        """Write ``<out_dir>/<result_name>.json`` (and ``.png`` if ``plot``); returns the JSON path.
+
+        ``result_name`` is ``<name>`` or, for a quick suite, ``<name>.quick``. Every row gets
+        the machine's description (:func:`machine_info`) and ``quick``.
+        """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         machine = machine_info()
-        rows = [{**r, "machine": machine} for r in self.rows]
-        path = out / f"{self.name}.json"
+        rows = [{**r, "quick": self.quick, "machine": machine} for r in self.rows]
+        path = out / f"{self.result_name}.json"
         path.write_text(json.dumps(rows, indent=2, default=_json_default) + "\n")
         if plot:
-            self.plot(out / f"{self.name}.png")
+            plot_ratios(
+                rows, out / f"{self.result_name}.png", title=self.name, quick=self.quick,
+                machine=machine,
+            )
         return path
 
     def plot(self, path: str | os.PathLike[str]) -> Path:
-        """Bar chart of the ratios per case and peer (needs matplotlib)."""
-        try:
-            import matplotlib
-        except ImportError as exc:
-            raise ImportError("plotting needs matplotlib: pip install 'rml_fast[bench]'") from exc
+        """Bar chart of the ratios per case and peer (needs matplotlib); see :func:`plot_ratios`."""
+        return plot_ratios(self.rows, path, title=self.name, quick=self.quick)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        labels = [f"{_case_str(r['case'])}\nvs {r['peer']}" for r in self.rows]
-        ratios = [r["ratio"] for r in self.rows]
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(labels)), 4.0))
-        ax.bar(
-            range(len(ratios)), ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios]
+_MAX_BARS = 60
+
+
+def plot_ratios(
+    rows: list[dict[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    quick: bool = False,
+    machine: dict[str, Any] | None = None,
+) -> Path:
+    """Horizontal bars of ``ratio`` (peer time / our time) per row, written to ``path`` (PNG).
+
+    One bar per timed row, labelled with its case and peer (wrapped, never clipped), its value
+    written next to it, and a line at parity (1x); past 60 rows, one bar per peer at the
+    median ratio with each case as a dot. The ratio axis is logarithmic when the
+    ratios span more than a factor of 10 (bars then start at 1x, so slower cases point left),
+    else linear from 0. A note at the bottom names the machine (CPU, cores, threads; from
+    ``machine`` or the rows' ``machine``), quick mode, and any skipped peer rows.
+    Needs matplotlib (the ``bench`` extra).
+    """
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError("plotting needs matplotlib: pip install 'rml_fast[bench]'") from exc
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in rows if not r.get("skipped") and r.get("ratio") is not None]
+    skipped = [r for r in rows if r.get("skipped")]
+    if machine is None:
+        machine = next((r["machine"] for r in rows if r.get("machine")), None) or machine_info()
+    # one bar per row; past _MAX_BARS rows one bar per peer at the median, with every case's
+    # ratio as a dot (a 300-row suite would otherwise be a figure metres tall)
+    summary = len(timed) > _MAX_BARS
+    items: list[tuple[str, np.ndarray]] = []
+    if summary:
+        for peer in dict.fromkeys(r["peer"] for r in timed):
+            vals = np.array([float(r["ratio"]) for r in timed if r["peer"] == peer])
+            items.append((f"vs {peer} ({vals.size} cases)", vals))
+    else:
+        items = [
+            (f"{_case_str(r['case'])} | vs {r['peer']}", np.array([float(r["ratio"])]))
+            for r in timed
+        ]
+    labels = [textwrap.fill(label, 55, break_long_words=False) for label, _ in items]
+    n_lines = sum(label.count("\n") + 1 for label in labels)
+    note = textwrap.fill(machine_note(machine, quick=quick), 120)
+    if summary:
+        note += (
+            f"\n{len(timed)} timed rows: bar = median per peer, dots = its cases "
+            "(every row is in the JSON)"
         )
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
-        ax.set_ylabel("speed-up (peer time / rml_fast time)")
-        ax.set_title(f"rml_fast: {self.name}")
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return Path(path)
+    if skipped:
+        names = sorted({f"{r['peer']} ({r['skipped']})" for r in skipped})
+        note += "\n" + textwrap.fill(f"skipped {len(skipped)} peer rows: " + "; ".join(names), 120)
+    height = 1.6 + 0.24 * max(n_lines, 2) + 0.15 * len(items) + 0.13 * (note.count("\n") + 1)
+    fig, ax = plt.subplots(figsize=(10.0, height))
+    if items:
+        bars = np.array([float(np.median(v)) for _, v in items])
+        every = np.concatenate([v for _, v in items])
+        finite = every[np.isfinite(every) & (every > 0)]
+        log = finite.size > 0 and finite.max() / finite.min() > 10
+        lo = min(finite.min(), 1.0) if finite.size else 1.0
+        hi = max(finite.max(), 1.0) if finite.size else 1.0
+        shown = np.clip(bars, lo, hi)  # inf / 0 drawn at the axis ends, written as they are
+        ys = np.arange(len(items))
+        colors = ["tab:green" if x >= 1 else "tab:red" for x in bars]
+        if log:
+            ax.set_xscale("log")
+            ax.barh(ys, shown - 1.0, left=1.0, color=colors, height=0.6)
+            ax.set_xlim(lo / 3.0, hi * 3.0)
+        else:
+            ax.barh(ys, shown, color=colors, height=0.6)
+            ax.set_xlim(0, hi * 1.25)
+        for y, (_, vals) in zip(ys, items, strict=True):
+            if vals.size > 1:
+                ax.scatter(np.clip(vals, lo, hi), np.full(vals.size, y), s=6, color="black",
+                           alpha=0.5, zorder=3)
+        for y, x, (_, vals) in zip(ys, bars, items, strict=True):
+            text = f"{x:.3g}x" if vals.size == 1 else f"median {x:.3g}x"
+            end = float(np.clip(vals, lo, hi).max())
+            if log and x < 1 and vals.size == 1:
+                ax.text(shown[y] / 1.08, y, text, va="center", ha="right", fontsize=8)
+            else:
+                at = max(end, shown[y], 1.0 if log else 0.0)
+                ax.text(at * 1.08 if log else at + 0.015 * hi, y, text, va="center", ha="left",
+                        fontsize=8)
+        ax.axvline(1.0, color="black", lw=0.9)
+        ax.set_yticks(ys, labels, fontsize=8)
+        ax.set_ylim(len(items) - 0.5, -0.5)  # first row on top, no empty margin
+        ax.grid(axis="x", alpha=0.3, which="both" if log else "major")
+    else:
+        ax.text(0.5, 0.5, "no timed rows", ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+    ax.set_xlabel("speed-up of rml_fast (peer time / rml_fast time; > 1: rml_fast faster)")
+    ax.set_title(f"rml_fast bench: {title}" + (" (quick mode)" if quick else ""))
+    fig.text(0.01, 0.01, note, fontsize=7, color="dimgray", ha="left", va="bottom")
+    note_inches = 0.1 + 0.13 * (note.count("\n") + 1)
+    fig.tight_layout(rect=(0, min(note_inches / height, 0.5), 1, 1))
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
 
 
 def _case_str(case: dict[str, Any]) -> str:
