@@ -1,18 +1,62 @@
-"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo``."""
+"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo``.
+
+Bad arguments end with a one-line argparse error (exit status 2, no traceback); an optional
+dependency that is not installed ends with one line naming the pip extra that provides it
+(exit status 1); ``rml-fast --version`` prints the package version.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import math
 import os
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+# the demo's baseline names (rml_fast.neural_processes.demo.BASELINES, kept here so that
+# parsing the command line does not import torch; a test checks that the two agree)
+DEMO_BASELINES = ("convcnp-grid", "convcnp-neuralprocesses")
 
-def _find_benchmarks(explicit: str | None) -> Path:
+
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected finite seconds >= 0, got {text}")
+    return value
+
+
+def _baselines(text: str) -> list[str]:
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    unknown = [b for b in names if b not in DEMO_BASELINES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown baseline(s) {', '.join(unknown)}; choose among {', '.join(DEMO_BASELINES)}"
+        )
+    return names
+
+
+def _find_benchmarks(explicit: str | None, parser: argparse.ArgumentParser) -> Path:
     """The ``benchmarks/`` folder of a checkout: explicit, under the cwd, or beside the package."""
     candidates = (
         [Path(explicit)]
@@ -25,8 +69,8 @@ def _find_benchmarks(explicit: str | None) -> Path:
     for c in candidates:
         if (c / "run_all.py").is_file():
             return c
-    raise SystemExit(
-        "rml-fast bench runs the suites of a source checkout: run it from the repository root, "
+    parser.error(
+        "bench runs the suites of a source checkout: run it from the repository root, "
         "or pass --bench-dir PATH/TO/benchmarks "
         f"(looked in: {', '.join(str(c) for c in candidates)})"
     )
@@ -34,7 +78,7 @@ def _find_benchmarks(explicit: str | None) -> Path:
 
 def _load_run_all(bench_dir: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location("rml_fast_run_all", bench_dir / "run_all.py")
-    if spec is None or spec.loader is None:
+    if spec is None or spec.loader is None:  # pragma: no cover - run_all.py was found above
         raise SystemExit(f"cannot load {bench_dir / 'run_all.py'}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -67,19 +111,50 @@ def _print_info(info: dict[str, Any]) -> None:
     print("\n".join(lines))
 
 
+def _missing(module: str, why: str) -> str | None:
+    """One line when the optional ``module`` is not installed, naming its pip extra."""
+    from rml_fast.benchmarking import optional_extra
+
+    if importlib.util.find_spec(module) is not None:
+        return None
+    extra = optional_extra(module) or "bench"
+    return f"{why} needs {module}, which is not installed: pip install 'rml_fast[{extra}]'"
+
+
 def _run_demo(args: argparse.Namespace) -> int:
+    # optional dependencies first: fail in one line before minutes of training
+    problems = []
+    if args.out:
+        problems.append(_missing("matplotlib", "--out (the PNG of predictive bands; --out '' skips it)"))
+    if args.baselines is not None and "convcnp-neuralprocesses" in args.baselines:
+        problems.append(_missing("neuralprocesses", "the convcnp-neuralprocesses baseline"))
+    problems = [p for p in problems if p]
+    if problems:
+        for p in problems:
+            print(f"rml-fast demo: error: {p}", file=sys.stderr)
+        return 1
+
     from rml_fast.neural_processes.demo import format_table, run_demo
 
-    baselines = None if args.baselines is None else [b for b in args.baselines.split(",") if b]
+    models = 1 + (len(args.baselines) if args.baselines is not None else 2)
+    if not args.no_progress:
+        print(
+            f"rml-fast demo np: training up to {models} models for {args.budget:g} s each "
+            f"(about {models * args.budget:.0f} s in all), then evaluating "
+            f"{args.test_batches} held-out batches",
+            file=sys.stderr,
+            flush=True,
+        )
     rows = run_demo(
         args.budget,
-        baselines=baselines,
+        baselines=args.baselines,
         test_batches=args.test_batches,
         out=args.out or None,
         seed=args.seed,
         num_threads=args.threads,
         schedule=args.schedule,
         baseline_schedule=args.baseline_schedule,
+        progress=not args.no_progress,
     )
     print(format_table(rows))
     if args.out:
@@ -87,8 +162,35 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from rml_fast import __version__
+
+    return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run ``rml-fast`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    Bad arguments raise ``SystemExit(2)`` after a one-line usage error on stderr (argparse).
+    A missing optional dependency prints one line naming the pip extra and returns 1.
+    """
+    try:
+        return _main(argv)
+    except ImportError as exc:
+        from rml_fast.benchmarking import missing_dependency_message
+
+        message = missing_dependency_message(exc)
+        if message is None:
+            raise
+        print(f"rml-fast: error: {message}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="rml-fast", description="rml_fast command line")
+    parser.add_argument(
+        "--version", action="version", version=f"rml_fast {_version()}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     info_p = sub.add_parser("info", help="version, native build, torch and triton")
     info_p.add_argument("--json", action="store_true", help="print JSON")
@@ -98,17 +200,27 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
     demo_p = sub.add_parser("demo", help="run a method's demo (np: SFConvCNP vs ConvCNP on GP)")
     demo_p.add_argument("name", choices=["np"], help="which demo")
-    demo_p.add_argument("--budget", type=float, default=120.0, help="training seconds per model")
+    demo_p.add_argument(
+        "--budget", type=_seconds, default=120.0, help="training seconds per model (>= 0)"
+    )
     demo_p.add_argument("--out", default="np_demo.png", help="PNG of predictive bands ('' to skip)")
     demo_p.add_argument(
         "--baselines",
+        type=_baselines,
         default=None,
-        help="comma-separated among convcnp-grid, convcnp-neuralprocesses "
+        help=f"comma-separated among {', '.join(DEMO_BASELINES)} "
         "(default: both where neuralprocesses is installed)",
     )
-    demo_p.add_argument("--test-batches", type=int, default=8, help="held-out batches of 16 tasks")
-    demo_p.add_argument("--seed", type=int, default=0)
-    demo_p.add_argument("--threads", type=int, default=None, help="torch threads while training")
+    demo_p.add_argument(
+        "--test-batches", type=_int_at_least(1), default=8, help="held-out batches of 16 tasks"
+    )
+    demo_p.add_argument("--seed", type=_int_at_least(0), default=0)
+    demo_p.add_argument(
+        "--threads", type=_int_at_least(1), default=None, help="torch threads while training"
+    )
+    demo_p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (and no start-up line)"
+    )
     demo_p.add_argument(
         "--schedule",
         default="cosine",
@@ -125,12 +237,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "demo":
         if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            demo_p.error(f"unrecognized arguments: {' '.join(rest)}")
         return _run_demo(args)
 
     if args.command == "info":
         if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            info_p.error(f"unrecognized arguments: {' '.join(rest)}")
         from rml_fast import backend_info
 
         info = backend_info()
@@ -140,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_info(info)
         return 0
 
-    bench_dir = _find_benchmarks(args.bench_dir)
+    bench_dir = _find_benchmarks(args.bench_dir, bench_p)
     os.environ.setdefault("RML_FAST_BENCH_DIR", str(bench_dir))
     return int(_load_run_all(bench_dir).main(rest))
 

@@ -245,8 +245,11 @@ def train_for(
     rng: Any = 1,
     kernel: str = "rbf",
     schedules: Sequence[str] | None = None,
+    progress: bool = False,
 ) -> list[int]:
     """Train each model on fresh GP tasks (AdamW, grad-clip 0.5) for ``seconds`` of its own time.
+
+    ``progress=True`` shows a tqdm bar of the seconds the slowest model has trained (stderr).
 
     The models take turns step by step (round robin), each accumulating the wall-clock time of
     its own steps until it has spent ``seconds``: on a shared machine, load changes then affect
@@ -281,12 +284,19 @@ def train_for(
         _Stepper(m, lr=a, batch_size=b, rng=seed, kernel=kernel, schedule=sch, budget=seconds)
         for m, a, b, sch in zip(models, lrs, sizes, schedules, strict=True)
     ]
-    while True:
-        active = [s for s in steppers if s.steps == 0 or s.seconds < seconds]
-        if not active:
-            break
-        for s in active:
-            s.step()
+    from tqdm.auto import tqdm
+
+    with tqdm(total=round(seconds, 1), desc="train", disable=not progress, leave=False,
+              bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s per model [{elapsed}{postfix}]",
+              ) as bar:
+        while True:
+            active = [s for s in steppers if s.steps == 0 or s.seconds < seconds]
+            if not active:
+                break
+            for s in active:
+                s.step()
+            bar.update(round(min(min(s.seconds for s in steppers), seconds), 1) - bar.n)
+            bar.set_postfix_str("steps " + "/".join(str(s.steps) for s in steppers), refresh=False)
     return [s.steps for s in steppers]
 
 
@@ -347,6 +357,7 @@ def run_demo(
     num_threads: int | None = None,
     schedule: str = "cosine",
     baseline_schedule: str = "cosine",
+    progress: bool = True,
 ) -> list[DemoRow]:
     """Train SFConvCNP and ConvCNP baselines for ``budget`` seconds each; evaluate on GP-RBF.
 
@@ -375,6 +386,8 @@ def run_demo(
     baseline_schedule : {"constant", "cosine"}, default="cosine"
         Schedule of the baselines: by default the same as the SFConvCNP's, so that the
         comparison does not hinge on the schedule ("constant" trains them as until round 4).
+    progress : bool, default=True
+        Show tqdm bars (stderr) while training and evaluating.
 
     The SFConvCNP is built from :data:`DEMO_CONFIG` and trains with AdamW as in
     :data:`DEMO_TRAINING` (lr 4e-3, batches of 32 tasks); the baselines as in
@@ -435,11 +448,15 @@ def run_demo(
             schedules=schedules,
             lr=[DEMO_TRAINING["lr"]] + [BASELINE_TRAINING["lr"]] * nb,
             batch_size=[DEMO_TRAINING["batch_size"]] + [BASELINE_TRAINING["batch_size"]] * nb,
+            progress=progress,
         )
     finally:
         torch.set_num_threads(threads_before)
+    from tqdm.auto import tqdm
+
     rows = []
-    for (name, m), n_steps in zip(models.items(), steps, strict=True):
+    for (name, m), n_steps in tqdm(zip(models.items(), steps, strict=True), total=len(models),
+                                   desc="evaluate", disable=not progress, leave=False):
         metrics = evaluate(m, test)
         rows.append(
             DemoRow(
