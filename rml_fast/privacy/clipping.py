@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
+import numbers
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,10 +50,12 @@ from rml_fast.privacy.grad_norms import (
 __all__ = [
     "CapturedPass",
     "ClippingEngine",
+    "NonFiniteGradientError",
     "UnsupportedLayerError",
     "clip_and_accumulate",
     "coupled_norms",
     "per_sample_grad_norms",
+    "per_sample_losses",
 ]
 
 MODES = ("auto", "ghost", "instantiate")
@@ -62,6 +67,29 @@ MEMORY_MODES = ("fast", "low")
 _LOW_SCRATCH = 1 << 20
 _LOW_GRAM = 1 << 16
 _LOW_NOISE = 1 << 16
+
+
+class NonFiniteGradientError(ValueError):
+    """Per-sample losses or gradients that are not finite (NaN or inf).
+
+    Raised before anything is written: no ``.grad`` is filled and, from
+    :meth:`~rml_fast.privacy.dp_c4.DPC4Optimizer.step`, the parameters and the optimizer
+    state are left as they were before the step.
+
+    Attributes
+    ----------
+    step : int or None
+        The optimizer step (0-based: the number of steps completed before it), or None
+        outside an optimizer.
+    samples : list of int
+        Positions in the batch of the offending samples (at most 10).
+    """
+
+    def __init__(self, message: str, *, step: int | None = None,
+                 samples: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.step = step
+        self.samples = list(samples)
 
 
 @dataclass
@@ -266,6 +294,7 @@ class ClippingEngine:
                 f"{getattr(losses, 'shape', type(losses).__name__)}"
             )
         B = losses.shape[0]
+        _check_finite_losses(losses, "losses")
         records = sorted(self._records.items())
         self._records = {}
         low = self.memory == "low"
@@ -803,19 +832,207 @@ def _segment_sq_norms(ids: torch.Tensor, D: torch.Tensor, vocab: int) -> torch.T
     return out.index_add_(0, uniq // vocab, sums.square().sum(1))
 
 
-# --- functional API ----------------------------------------------------------------------
+# --- the loss convention -----------------------------------------------------------------
+#
+# One convention for the loss callable across rml_fast.privacy (docs/privacy_training.md,
+# "Conventions"): ``loss_fn(output, target)`` with ``output = model(inputs)``, the torch
+# criterion signature, returning per-sample losses of shape (B,). A torch loss module
+# (``nn.CrossEntropyLoss()`` with its default ``reduction="mean"``) is also accepted: it is
+# called with ``reduction="none"`` (on a copy; the caller's module is not changed) and its
+# per-element losses are reduced over all but the batch dimension the way its own reduction
+# says, so that the batch mean of the per-sample losses is the module's usual value. The
+# model and the batch ``(inputs, target)`` are passed separately.
 
-LossFn = Callable[[nn.Module], torch.Tensor]
+LossFn = Callable[[Any, Any], torch.Tensor]
+# the deprecated form: loss_fn(model) -> per-sample losses of a batch the callable closes over
+ModelLossFn = Callable[[nn.Module], torch.Tensor]
+_MODULE_REDUCTIONS = {"mean": "mean", "sum": "sum", "batchmean": "sum"}
+_SHOWN = 10  # sample positions named in an error message
 
 
-def _one_pass(engine: ClippingEngine, model: nn.Module, loss_fn: LossFn,
+def forward(model: nn.Module, inputs: Any) -> Any:
+    """``model(inputs)``; a tuple or list is unpacked (``model(*inputs)``), a dict passed as
+    keyword arguments (``model(**inputs)``)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def per_sample_losses(loss_fn: Any, output: Any, target: Any) -> torch.Tensor:
+    """``loss_fn(output, target)`` as per-sample losses of shape (B,).
+
+    A torch loss module whose ``reduction`` is ``"mean"``, ``"sum"`` or ``"batchmean"`` is
+    called on a copy set to ``reduction="none"``; its per-element losses are then averaged
+    (``"mean"``) or summed (``"sum"``, ``"batchmean"``) over every dimension but the first.
+    Any other callable must return the per-sample losses itself (``reduction="none"``).
+
+    Raises
+    ------
+    TypeError
+        If ``loss_fn`` does not return a tensor.
+    ValueError
+        If the losses do not have shape (B,) (the message says how to fix it).
+    """
+    reduction = getattr(loss_fn, "reduction", None)
+    if isinstance(loss_fn, nn.Module) and reduction in _MODULE_REDUCTIONS:
+        import copy
+
+        per_element = copy.copy(loss_fn)  # shallow: its own attribute dict, shared buffers
+        per_element.reduction = "none"
+        losses = per_element(output, target)
+        if isinstance(losses, torch.Tensor) and losses.ndim > 1:
+            dims = tuple(range(1, losses.ndim))
+            losses = losses.mean(dims) if _MODULE_REDUCTIONS[reduction] == "mean" else losses.sum(dims)
+    else:
+        losses = loss_fn(output, target)
+    if not isinstance(losses, torch.Tensor):
+        raise TypeError(f"loss_fn must return a torch.Tensor of per-sample losses, got "
+                        f"{type(losses).__name__}")
+    if losses.ndim != 1:
+        raise ValueError(
+            "loss_fn must return per-sample losses of shape (B,): use reduction='none' (or pass "
+            "a torch loss module such as nn.CrossEntropyLoss()) and reduce any other "
+            f"dimensions yourself; got shape {tuple(losses.shape)}"
+        )
+    return losses
+
+
+def _bad_samples(bad: torch.Tensor) -> list[int]:
+    return bad.nonzero().flatten()[:_SHOWN].tolist()
+
+
+_UNCHANGED = "nothing was changed"
+
+
+def _check_finite_losses(losses: torch.Tensor, name: str, where: str = "",
+                         step: int | None = None, after: str = _UNCHANGED) -> None:
+    """Raise :class:`NonFiniteGradientError` naming ``name`` if a loss is NaN or inf."""
+    if losses.is_floating_point() or losses.is_complex():
+        bad = ~torch.isfinite(losses.detach())
+        if bool(bad.any()):
+            samples = _bad_samples(bad)
+            raise NonFiniteGradientError(
+                f"{where}{name} gave non-finite losses (NaN or inf) for samples {samples} of "
+                f"the batch ({int(bad.sum())} of {losses.shape[0]}); check the data and the loss "
+                f"(e.g. log(0)); {after}",
+                step=step, samples=samples,
+            )
+
+
+def _check_finite_norms(norms: torch.Tensor, what: str, where: str = "",
+                        step: int | None = None, after: str = _UNCHANGED) -> None:
+    bad = ~torch.isfinite(norms)
+    if bool(bad.any()):
+        samples = _bad_samples(bad)
+        raise NonFiniteGradientError(
+            f"{where}the per-sample {what} of samples {samples} of the batch are not finite "
+            f"(NaN or inf: e.g. an overflow or a 0/0 in the backward pass) although their losses "
+            f"are; {after}",
+            step=step, samples=samples,
+        )
+
+
+def check_finite_batch(value: Any, name: str, where: str = "", of: str = "the batch",
+                       after: str = _UNCHANGED) -> None:
+    """Raise ``ValueError`` naming ``name`` (and the sample positions) if a floating-point
+    tensor in ``value`` (a tensor, or a tuple/list/dict of them) holds NaN or inf."""
+    if isinstance(value, dict):
+        items = [(f"{name}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (tuple, list)):
+        items = [(f"{name}[{k}]", v) for k, v in enumerate(value)]
+    else:
+        items = [(name, value)]
+    for label, t in items:
+        if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+            continue
+        finite = torch.isfinite(t)
+        if bool(finite.all()):
+            continue
+        if t.ndim == 0:
+            raise ValueError(f"{where}{label} is not finite (NaN or inf); {after}")
+        bad = ~finite.reshape(t.shape[0], -1).all(1)
+        samples = _bad_samples(bad)
+        raise ValueError(
+            f"{where}{label} has non-finite values (NaN or inf) in samples {samples} of "
+            f"{of} ({int(bad.sum())} of {t.shape[0]}); remove or impute them; {after}"
+        )
+
+
+def _deprecated(message: str) -> None:
+    """A ``FutureWarning`` attributed to the first caller outside torch and this package."""
+    import os
+    import sys
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, FutureWarning, stacklevel=level + 1)
+
+
+def _required_positional(fn: Callable[..., Any]) -> int | None:
+    """Number of required positional parameters of ``fn`` (None if it cannot be told)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+               for p in sig.parameters.values())
+
+
+def _loss_of(func: str, loss_fn: Any, inputs: Any, target: Any, usage: str, *,
+             where: str = "", step: int | None = None,
+             after: str = _UNCHANGED) -> Callable[[nn.Module], torch.Tensor]:
+    """``model -> per-sample losses`` for the convention ``loss_fn(model(inputs), target)``
+    (inputs and target checked finite here), or -- with a ``FutureWarning`` -- for the
+    deprecated ``loss_fn(model)`` when no ``inputs`` are given."""
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    if inputs is None:
+        if target is not None:
+            raise TypeError(f"{func}: target was given without inputs; call {usage}")
+        if isinstance(loss_fn, nn.modules.loss._Loss) or _required_positional(loss_fn) == 2:
+            raise TypeError(f"{func}: inputs is required; call {usage}")
+        _deprecated(
+            f"{func}(model, loss_fn) with loss_fn(model) -> losses is deprecated; pass the batch "
+            f"instead: {usage}, where loss_fn(output, target) returns per-sample losses "
+            "(e.g. nn.CrossEntropyLoss())"
+        )
+
+        def old(model: nn.Module) -> torch.Tensor:
+            losses = loss_fn(model)
+            if not isinstance(losses, torch.Tensor) or losses.ndim != 1:
+                raise ValueError(
+                    "loss_fn must return per-sample losses of shape (B,) (use "
+                    "reduction='none'), got "
+                    f"{getattr(losses, 'shape', type(losses).__name__)}"
+                )
+            _check_finite_losses(losses, "loss_fn")
+            return losses
+
+        return old
+    check_finite_batch(inputs, "inputs", where, after=after)
+    check_finite_batch(target, "target", where, after=after)
+
+    def new(model: nn.Module) -> torch.Tensor:
+        losses = per_sample_losses(loss_fn, forward(model, inputs), target)
+        _check_finite_losses(losses, "loss_fn", where, step, after)
+        return losses
+
+    return new
+
+
+def _one_pass(engine: ClippingEngine, model: nn.Module, loss: Callable[[nn.Module], torch.Tensor],
               **backward: Any) -> CapturedPass:
     with engine.record():
-        losses = loss_fn(model)
+        losses = loss(model)
     return engine.backward(losses, **backward)
 
 
-def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "auto",
+def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn | ModelLossFn, inputs: Any = None,
+                          target: Any = None, *, mode: str = "auto",
                           memory: str = "fast") -> torch.Tensor:
     """Per-sample gradient norms ``||grad_theta l_i(theta)||`` without per-sample gradients.
 
@@ -823,7 +1040,14 @@ def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "aut
     ----------
     model : torch.nn.Module
     loss_fn : callable
-        ``loss_fn(model) -> losses`` of shape (B,): per-sample losses of one batch.
+        ``loss_fn(output, target) -> losses`` of shape (B,) with ``output = model(inputs)``:
+        per-sample losses (``reduction="none"``), or a torch loss module such as
+        ``nn.CrossEntropyLoss()`` (see :func:`per_sample_losses`). Deprecated: without
+        ``inputs``, ``loss_fn(model) -> losses`` (a ``FutureWarning``).
+    inputs : tensor, tuple, list or dict
+        The batch (dimension 0), passed to the model as in :func:`forward`.
+    target : any, optional
+        Passed to ``loss_fn`` as is.
     mode : {"auto", "ghost", "instantiate"}, default="auto"
     memory : {"fast", "low"}, default="fast"
         ``"low"``: each layer's norm part is formed in a hook during the backward pass and
@@ -833,39 +1057,62 @@ def per_sample_grad_norms(model: nn.Module, loss_fn: LossFn, *, mode: str = "aut
     -------
     norms : torch.Tensor of shape (B,), float64
 
+    Raises
+    ------
+    ValueError
+        If ``inputs`` or ``target`` hold NaN or inf (naming the samples), or the losses do
+        not have shape (B,).
+    NonFiniteGradientError
+        If a per-sample loss or gradient norm is NaN or inf.
+
     Examples
     --------
     >>> import torch
     >>> from rml_fast.privacy.clipping import per_sample_grad_norms
-    >>> model, x = torch.nn.Linear(3, 1), torch.randn(5, 3)
-    >>> per_sample_grad_norms(model, lambda m: m(x).squeeze(1)).shape
+    >>> model, x, y = torch.nn.Linear(3, 2), torch.randn(5, 3), torch.tensor([0, 1, 1, 0, 1])
+    >>> per_sample_grad_norms(model, torch.nn.CrossEntropyLoss(), x, y).shape
     torch.Size([5])
     """
+    loss = _loss_of("per_sample_grad_norms", loss_fn, inputs, target,
+                    "per_sample_grad_norms(model, loss_fn, inputs, target)")
     with ClippingEngine(model, mode=mode, memory=memory) as engine:
         if memory == "low":
-            return engine.norms(_one_pass(engine, model, loss_fn, keep_graph=False))
-        return engine.norms(_one_pass(engine, model, loss_fn))
+            norms = engine.norms(_one_pass(engine, model, loss, keep_graph=False))
+        else:
+            norms = engine.norms(_one_pass(engine, model, loss))
+    _check_finite_norms(norms, "gradient norms")
+    return norms
 
 
 def coupled_norms(
-    model: nn.Module, model_prev: nn.Module, loss_fn: LossFn, *, mode: str = "auto"
+    model: nn.Module, model_prev: nn.Module, loss_fn: LossFn | ModelLossFn, inputs: Any = None,
+    target: Any = None, *, mode: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(||g_i(x_t)||, ||g_i(x_t) - g_i(x_{t-1})||)`` for one batch, each (B,) float64.
 
-    ``model`` holds ``x_t`` and ``model_prev`` (same architecture) ``x_{t-1}``; ``loss_fn``
-    is called on each and must evaluate the same batch.
+    ``model`` holds ``x_t`` and ``model_prev`` (same architecture) ``x_{t-1}``; the losses
+    are ``loss_fn(model(inputs), target)`` and ``loss_fn(model_prev(inputs), target)``, per
+    sample (as in :func:`per_sample_grad_norms`; ``loss_fn(model)`` without ``inputs`` is
+    deprecated).
     """
+    loss = _loss_of("coupled_norms", loss_fn, inputs, target,
+                    "coupled_norms(model, model_prev, loss_fn, inputs, target)")
     with ClippingEngine(model, mode=mode) as eng, ClippingEngine(model_prev, mode=mode) as eng2:
-        cp = _one_pass(eng, model, loss_fn)
-        cp2 = _one_pass(eng2, model_prev, loss_fn)
-        return eng.norms(cp), eng.diff_norms(cp, cp2)
+        cp = _one_pass(eng, model, loss)
+        cp2 = _one_pass(eng2, model_prev, loss)
+        norms, diffs = eng.norms(cp), eng.diff_norms(cp, cp2)
+    _check_finite_norms(norms, "gradient norms")
+    _check_finite_norms(diffs, "gradient differences")
+    return norms, diffs
 
 
 def clip_and_accumulate(
     model: nn.Module,
-    loss_fn: LossFn,
-    max_norm: float,
+    loss_fn: LossFn | ModelLossFn,
+    inputs: Any = None,
+    target: Any = None,
     *,
+    max_norm: float | None = None,
     noise_std: float = 0.0,
     seed: int = 0,
     mode: str = "auto",
@@ -873,14 +1120,36 @@ def clip_and_accumulate(
 ) -> torch.Tensor:
     """Write ``sum_i clip(g_i, C) + noise_std * z`` into ``.grad``; returns the norms (B,).
 
-    ``clip(v, C) = v * min(1, C / ||v||)``; ``z`` is the Philox normal stream ``seed``.
-    ``memory="low"``: norms in backward hooks, the sum from a second backward (see
-    :class:`ClippingEngine`); the same result, less memory.
+    ``g_i`` is the gradient of ``loss_fn(model(inputs), target)[i]`` (per-sample losses, as
+    in :func:`per_sample_grad_norms`); ``clip(v, C) = v * min(1, C / ||v||)`` with
+    ``C = max_norm``; ``z`` is the Philox normal stream ``seed``. ``memory="low"``: norms in
+    backward hooks, the sum from a second backward (see :class:`ClippingEngine`); the same
+    result, less memory. Deprecated (``FutureWarning``): ``clip_and_accumulate(model,
+    loss_fn, max_norm)`` with ``loss_fn(model) -> losses``.
+
+    Raises
+    ------
+    ValueError
+        On a bad ``max_norm``/``noise_std``, non-finite ``inputs``/``target``, or losses not
+        of shape (B,); before anything is written.
+    NonFiniteGradientError
+        If a per-sample loss or gradient norm is NaN or inf; no ``.grad`` is written.
     """
+    if max_norm is None and target is None and (
+        isinstance(inputs, numbers.Real) and not isinstance(inputs, bool)
+    ):  # the deprecated positional form clip_and_accumulate(model, loss_fn, max_norm)
+        max_norm, inputs = inputs, None
+    if max_norm is None:
+        raise TypeError("clip_and_accumulate needs max_norm: "
+                        "clip_and_accumulate(model, loss_fn, inputs, target, max_norm=C)")
     max_norm = float(check_scalar(max_norm, "max_norm", Interval("real", 0.0, None, "neither")))
+    noise_std = float(check_scalar(noise_std, "noise_std", Interval("real", 0.0, None)))
+    loss = _loss_of("clip_and_accumulate", loss_fn, inputs, target,
+                    "clip_and_accumulate(model, loss_fn, inputs, target, max_norm=C)")
     with ClippingEngine(model, mode=mode, memory=memory) as engine:
-        cp = _one_pass(engine, model, loss_fn)
+        cp = _one_pass(engine, model, loss)
         norms = engine.norms(cp)
+        _check_finite_norms(norms, "gradient norms", after="no .grad was written")
         w = clip_factors(norms, max_norm)
         engine.accumulate([(cp, w)], noise_std=noise_std, seed=seed, consume=True)
         return norms

@@ -38,7 +38,17 @@ from torch import nn
 
 from rml_fast._validation import Interval, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER, seed_from_rng
-from rml_fast.privacy.clipping import ClippingEngine, clip_factors
+from rml_fast.privacy.clipping import (
+    ClippingEngine,
+    NonFiniteGradientError,
+    _check_finite_losses,
+    _check_finite_norms,
+    _deprecated,
+    _loss_of,
+    _required_positional,
+    check_finite_batch,
+    clip_factors,
+)
 
 __all__ = [
     "DPC4Optimizer",
@@ -57,6 +67,7 @@ _POS = Interval("real", 0.0, None, "neither")
 _NONNEG = Interval("real", 0.0, None, "left")
 _FRACTION = Interval("real", 0.0, 1.0, "neither")
 _Q = Interval("real", 0.0, 1.0, "right")
+_KEPT = "the parameters and the optimizer state were left as they were before this step"
 
 
 def privacy_spent(
@@ -214,7 +225,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
         ``sum_i w_i loss_i`` (peak memory close to non-private training, one more backward
         of time; the first backward keeps the graph). ``"recompute"``: as ``"low"``, but the
         first backward frees the graph as a plain one does and the second re-runs the
-        closure (the same randomness replayed): the lowest peak, one more forward pass of
+        forward pass and the loss (the same randomness replayed): the lowest peak, one more forward pass of
         time. The same update in every mode (to rounding). For DP-C4 the pass at
         ``x_{t-1}`` keeps its output gradients until the pass at ``x_t`` has used them.
     seed : int, numpy Generator or None, default=None
@@ -222,24 +233,32 @@ class DPC4Optimizer(torch.optim.Optimizer):
 
     Notes
     -----
-    ``step(closure)``: ``closure()`` (or ``closure(model)``) evaluates the model on the
-    current batch and returns per-sample losses of shape (B,); DP-C4 calls it at ``x_t``
-    and at ``x_{t-1}`` (same batch). With ``memory_efficient=False`` the closure must take
-    the model to evaluate (a shadow copy holds ``x_{t-1}``). After ``step`` each ``p.grad``
-    holds the released estimator ``v_t``; ``last_stats`` has ``beta_t``, ``eta_t``,
-    ``C_t`` and the clipped fractions. The torch RNG state is replayed for the second pass,
-    so dropout masks (and any other torch randomness in the closure) are the same at
-    ``x_t`` and ``x_{t-1}``, as the coupling requires.
+    ``step(loss_fn, inputs, target)``: the per-sample losses of the batch are
+    ``loss_fn(model(inputs), target)`` (shape (B,); a torch loss module such as
+    ``nn.CrossEntropyLoss()`` is called with ``reduction="none"``, see
+    :func:`rml_fast.privacy.clipping.per_sample_losses`); DP-C4 evaluates them at ``x_t``
+    and at ``x_{t-1}`` (same batch). The deprecated ``step(closure)``, with ``closure()``
+    or ``closure(model)`` returning the per-sample losses, still works with a
+    ``FutureWarning``. After ``step`` each ``p.grad`` holds the released estimator ``v_t``;
+    ``last_stats`` has ``beta_t``, ``eta_t``, ``C_t`` and the clipped fractions. The torch
+    RNG state is replayed for the second pass, so dropout masks (and any other torch
+    randomness in the model or the loss) are the same at ``x_t`` and ``x_{t-1}``, as the
+    coupling requires.
+
+    A step raises before it changes the parameters or the optimizer state when the batch
+    holds NaN or inf (``ValueError`` naming ``inputs`` or ``target``) and when a per-sample
+    loss or gradient is not finite (:class:`~rml_fast.privacy.clipping.NonFiniteGradientError`,
+    naming the step and the samples); it never releases a non-finite update.
 
     Examples
     --------
     >>> import torch
     >>> from rml_fast.privacy.dp_c4 import DPC4Optimizer
     >>> model = torch.nn.Linear(3, 1)
-    >>> x, y = torch.randn(8, 3), torch.randn(8)
+    >>> x, y = torch.randn(8, 3), torch.randn(8, 1)
     >>> opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=8, seed=0)
     >>> for _ in range(3):
-    ...     _ = opt.step(lambda: (model(x).squeeze(1) - y) ** 2)
+    ...     _ = opt.step(torch.nn.MSELoss(), x, y)
     >>> opt.steps
     3
     """
@@ -348,21 +367,66 @@ class DPC4Optimizer(torch.optim.Optimizer):
 
     # -- the step ------------------------------------------------------------------------
 
-    def _pass(self, engine: ClippingEngine, closure: Callable[..., torch.Tensor],
+    def _pass(self, engine: ClippingEngine, loss: Callable[[nn.Module], torch.Tensor],
               model: nn.Module, **backward: Any) -> Any:
         with torch.enable_grad():
             with engine.record():
-                losses = closure(model) if _takes_model(closure) else closure()
+                losses = loss(model)
             return engine.backward(losses, **backward)
 
     @staticmethod
-    def _rerun(closure: Callable[..., torch.Tensor], model: nn.Module,
+    def _rerun(loss: Callable[[nn.Module], torch.Tensor], model: nn.Module,
                rng_state: tuple[torch.Tensor, list[torch.Tensor]]) -> Callable[[], torch.Tensor]:
         def rerun() -> torch.Tensor:
             _set_rng_state(rng_state)
-            return closure(model) if _takes_model(closure) else closure()
+            return loss(model)
 
         return rerun
+
+    def _loss(self, loss_fn: Any, inputs: Any, target: Any, closure: Any,
+              t: int) -> Callable[[nn.Module], torch.Tensor]:
+        """``model -> per-sample losses`` of this step's batch (inputs checked here)."""
+        where, usage = f"step {t} (0-based): ", "step(loss_fn, inputs, target)"
+        if closure is not None:
+            if loss_fn is not None:
+                raise TypeError("pass step(loss_fn, inputs, target) or the deprecated "
+                                "step(closure), not both")
+            loss_fn = closure
+        if loss_fn is None:
+            raise ValueError("loss_fn is required: step(loss_fn, inputs, target) with "
+                             "loss_fn(output, target) -> per-sample losses of shape (B,)")
+        if inputs is not None or target is not None:
+            return _loss_of("step", loss_fn, inputs, target, usage, where=where, step=t,
+                            after=_KEPT)
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+        if isinstance(loss_fn, nn.modules.loss._Loss) or _required_positional(loss_fn) == 2:
+            raise TypeError(f"step: inputs is required; call {usage}")
+        _deprecated(
+            "DPC4Optimizer.step(closure) with closure() or closure(model) -> per-sample losses "
+            "is deprecated; pass the batch instead: step(loss_fn, inputs, target), where "
+            "loss_fn(output, target) returns per-sample losses (e.g. nn.CrossEntropyLoss())"
+        )
+        closure = loss_fn
+        takes_model = _takes_model(closure)
+        if not self.memory_efficient and self.algorithm == "dpc4" and not takes_model:
+            raise ValueError(
+                "memory_efficient=False evaluates a shadow model at x_{t-1}: the closure "
+                "must take the model to evaluate, closure(model) -> losses (or use "
+                "step(loss_fn, inputs, target))"
+            )
+
+        def old(model: nn.Module) -> torch.Tensor:
+            losses = closure(model) if takes_model else closure()
+            if not isinstance(losses, torch.Tensor) or losses.ndim != 1:
+                raise ValueError(
+                    "closure must return per-sample losses of shape (B,) (use "
+                    f"reduction='none'), got {getattr(losses, 'shape', type(losses).__name__)}"
+                )
+            _check_finite_losses(losses, "closure", where, t, _KEPT)
+            return losses
+
+        return old
 
     def _swapped(self) -> Any:
         """A context under which the model's parameters hold ``x_{t-1}`` (storage swap)."""
@@ -384,15 +448,10 @@ class DPC4Optimizer(torch.optim.Optimizer):
 
         return ctx
 
-    def _previous_pass(self, closure: Callable[..., torch.Tensor], **backward: Any) -> Any:
+    def _previous_pass(self, loss: Callable[[nn.Module], torch.Tensor], **backward: Any) -> Any:
         """The pass at ``x_{t-1}`` on the same batch."""
         assert self._x_prev is not None
         if not self.memory_efficient:
-            if not _takes_model(closure):
-                raise ValueError(
-                    "memory_efficient=False evaluates a shadow model at x_{t-1}: the closure "
-                    "must take the model to evaluate, closure(model) -> losses"
-                )
             if self._shadow is None:
                 import copy
 
@@ -404,20 +463,65 @@ class DPC4Optimizer(torch.optim.Optimizer):
             with torch.no_grad():
                 for p, q in zip(engine.params, self._x_prev, strict=True):
                     p.copy_(q)
-            return self._pass(engine, closure, shadow, **backward)
+            return self._pass(engine, loss, shadow, **backward)
         # swap the storages (no copy of x_t): the parameters hold x_{t-1} for this pass
         swapped = self._swapped()
         with swapped():
-            cp = self._pass(self.engine, closure, self.module, **backward)
+            cp = self._pass(self.engine, loss, self.module, **backward)
         cp.context = swapped  # a low-memory pass's second backward runs at x_{t-1} too
         return cp
 
     @torch.no_grad()
-    def step(self, closure: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:  # type: ignore[override]
-        """One private step; returns the per-sample gradient norms at ``x_t``, (B,) float64."""
-        if closure is None:
-            raise ValueError("closure is required: closure() -> per-sample losses of shape (B,)")
+    def step(  # type: ignore[override]
+        self,
+        loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+        inputs: Any = None,
+        target: Any = None,
+        *,
+        closure: Callable[..., torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """One private step on the batch ``(inputs, target)``; returns the per-sample
+        gradient norms at ``x_t``, (B,) float64.
+
+        Parameters
+        ----------
+        loss_fn : callable
+            ``loss_fn(model(inputs), target) -> per-sample losses`` of shape (B,), or a torch
+            loss module (called with ``reduction="none"``). Deprecated: ``step(closure)``
+            with ``closure()`` or ``closure(model)`` returning the per-sample losses.
+        inputs : tensor, tuple, list or dict
+            The batch (dimension 0); a tuple/list is unpacked into the model's arguments, a
+            dict passed as keyword arguments.
+        target : any, optional
+            Passed to ``loss_fn``.
+
+        Raises
+        ------
+        ValueError
+            If ``inputs`` or ``target`` hold NaN or inf, or the losses do not have shape
+            (B,); before any pass.
+        NonFiniteGradientError
+            If a per-sample loss or gradient (or the update) is not finite. The parameters
+            and the optimizer state are left as they were before the step.
+        """
         t = self.steps
+        loss = self._loss(loss_fn, inputs, target, closure, t)
+        params = self.engine.params
+        try:
+            return self._step(loss, t)
+        except NonFiniteGradientError as exc:
+            for p in params:  # nothing of a failed step stays behind
+                p.grad = None
+            if not all(bool(torch.isfinite(p).all()) for p in params):
+                raise NonFiniteGradientError(
+                    f"step {t} (0-based): the model's parameters are not finite (NaN or inf) "
+                    f"before this step; they were set so outside the optimizer; {_KEPT}",
+                    step=t,
+                ) from exc
+            raise
+
+    def _step(self, loss: Callable[[nn.Module], torch.Tensor], t: int) -> torch.Tensor:
+        where = f"step {t} (0-based): "
         params = self.engine.params
         lr = self.lr_at(t)
         for group in self.param_groups:
@@ -433,30 +537,34 @@ class DPC4Optimizer(torch.optim.Optimizer):
             # the pass at x_{t-1} first, its output gradients kept; the pass at x_t then adds
             # each layer's norm and coupled-norm parts in its backward hooks and drops both
             try:
-                cp_prev = self._previous_pass(closure, store=True, **keep)
+                cp_prev = self._previous_pass(loss, store=True, **keep)
             finally:
                 _set_rng_state(rng_state)
-            cp = self._pass(self.engine, closure, self.module, reference=cp_prev, **keep)
+            cp = self._pass(self.engine, loss, self.module, reference=cp_prev, **keep)
             norms, diffs = self.engine.norms_and_diff_norms(cp, cp_prev)
         else:
-            cp = self._pass(self.engine, closure, self.module, **keep)
+            cp = self._pass(self.engine, loss, self.module, **keep)
         if beta < 1.0 and cp_prev is None:
             after = _rng_state()
             _set_rng_state(rng_state)
             try:
-                cp_prev = self._previous_pass(closure)
+                cp_prev = self._previous_pass(loss)
             finally:
                 _set_rng_state(after)
             # one walk over the layers: per-sample gradients instantiated once for both
             norms, diffs = self.engine.norms_and_diff_norms(cp, cp_prev)
         elif cp_prev is None:
             norms = self.engine.norms(cp)
+        _check_finite_norms(norms, "gradients", where, t, _KEPT)
+        if cp_prev is not None:
+            _check_finite_norms(diffs, "gradient differences g_i(x_t) - g_i(x_{t-1})", where,
+                                t, _KEPT)
         if self.memory == "recompute":  # the second backward re-runs the forward passes
             after = _rng_state()
-            cp.rerun = self._rerun(closure, self.module, rng_state)
+            cp.rerun = self._rerun(loss, self.module, rng_state)
             if cp_prev is not None:
                 shadow = self._shadow[0] if self._shadow is not None else self.module
-                cp_prev.rerun = self._rerun(closure, shadow, rng_state)
+                cp_prev.rerun = self._rerun(loss, shadow, rng_state)
         anchor_clip = self.anchor_clip * beta ** (-self.anchor_clip_growth)
         w_anchor = clip_factors(norms, anchor_clip)
         offset = (t * self.engine.numel) % (MAX_COUNTER - self.engine.numel)
@@ -474,12 +582,22 @@ class DPC4Optimizer(torch.optim.Optimizer):
             u = clip_factors(diffs, drift_threshold)
             clipped_frac_drift = float((u < 1).double().mean()) if u.numel() else 0.0
             std = math.hypot((1 - beta) * sigma_d * drift_threshold, beta * sigma_g * anchor_clip)
+            if not math.isfinite(std):
+                raise NonFiniteGradientError(
+                    f"{where}the drift threshold C_t = {drift_threshold} is not finite: the "
+                    f"previous update moved the parameters by {self._last_move} (diverged; "
+                    f"lower lr); {_KEPT}", step=t)
             self.engine.accumulate(
                 [(cp, ((1 - beta) * u + beta * w_anchor) / Bexp), (cp_prev, -(1 - beta) * u / Bexp)],
                 noise_std=std / Bexp, seed=self.seed, offset=offset, consume=True,
             )
         if self.memory == "recompute":
             _set_rng_state(after)
+        for p in params:  # finite per-sample norms, but the weighted sum may still overflow
+            if not bool(torch.isfinite(p.grad).all()):
+                raise NonFiniteGradientError(
+                    f"{where}the clipped, noised sum of the per-sample gradients is not finite "
+                    f"(an overflow); {_KEPT}", step=t)
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:
                 if self.weight_decay != 0.0:
@@ -526,7 +644,7 @@ def train_private(
     model: nn.Module,
     optimizer: DPC4Optimizer,
     loader: Any,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loss_fn: Callable[[Any, Any], torch.Tensor],
     epochs: int,
     delta: float,
     *,
@@ -535,22 +653,38 @@ def train_private(
 ) -> list[float]:
     """Train with ``optimizer`` over ``epochs`` passes of a (Poisson) loader of ``(x, y)``.
 
-    ``loss_fn(output, y)`` must return per-sample losses (``reduction="none"``). A progress
-    bar shows the step, the mean loss and the privacy spent so far (epsilon at ``delta``,
-    PLD at ``h=1e-3``: a pessimistic bound), logged at INFO after each epoch. Interrupting
-    (Ctrl-C) keeps the model as trained so far. Returns epsilon after each epoch.
+    ``loss_fn(model(x), y)`` must return per-sample losses (``reduction="none"``), or be a
+    torch loss module such as ``nn.CrossEntropyLoss()`` (called with ``reduction="none"``;
+    see :meth:`DPC4Optimizer.step`). A progress bar shows the step, the mean loss and the
+    privacy spent so far (epsilon at ``delta``, PLD at ``h=1e-3``: a pessimistic bound),
+    logged at INFO after each epoch. Interrupting (Ctrl-C) keeps the model as trained so far.
+    Returns epsilon after each epoch.
+
+    Raises
+    ------
+    ValueError
+        If the loader's dataset (a ``TensorDataset``) holds NaN or inf, before the first
+        step; for other datasets, a batch with NaN or inf raises in its step.
+    NonFiniteGradientError
+        If a per-sample loss or gradient is not finite: the error names the step, and the
+        parameters are those after the step before it.
     """
     from tqdm.auto import tqdm
 
     epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
     delta = float(check_scalar(delta, "delta", _FRACTION))
+    if not isinstance(optimizer, DPC4Optimizer):
+        raise TypeError(f"optimizer must be a DPC4Optimizer, got {type(optimizer).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    _check_dataset(loader, "loader")
     spent: list[float] = []
     total = epochs * len(loader)
     with tqdm(total=total, disable=not progress, desc=f"{optimizer.algorithm} training") as bar:
         for epoch in range(epochs):
             running, count = 0.0, 0
             for x, y in loader:
-                optimizer.step(lambda m, x=x, y=y: loss_fn(m(x), y))
+                optimizer.step(loss_fn, x, y)
                 running += float(optimizer.last_stats.get("batch_size", 0.0))
                 count += 1
                 bar.update(1)
@@ -564,6 +698,15 @@ def train_private(
     return spent
 
 
+def _check_dataset(loader: Any, name: str) -> None:
+    """ValueError naming ``name`` if the loader's ``TensorDataset`` holds NaN or inf."""
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, torch.utils.data.TensorDataset):
+        for k, t in enumerate(dataset.tensors):
+            check_finite_batch(t, f"{name}.dataset.tensors[{k}]", of="the dataset",
+                               after="nothing was trained")
+
+
 def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor]]:
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
     return torch.get_rng_state(), cuda
@@ -575,11 +718,11 @@ def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
         torch.cuda.set_rng_state_all(state[1])
 
 
-def _takes_model(closure: Callable[..., Any]) -> bool:
+def _takes_model(loss: Callable[..., Any]) -> bool:
     import inspect
 
     try:
-        sig = inspect.signature(closure)
+        sig = inspect.signature(loss)
     except (TypeError, ValueError):
         return False
     return any(
@@ -630,9 +773,11 @@ def make_private_dpc4(
     Raises
     ------
     ValueError
-        On bad targets or a loader without ``batch_size``.
+        On bad targets, a loader without ``batch_size``, or a ``TensorDataset`` holding NaN
+        or inf (naming the rows).
     """
     epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
+    _check_dataset(data_loader, "data_loader")
     dataset = data_loader.dataset
     n = len(dataset)  # type: ignore[arg-type]
     batch = data_loader.batch_size

@@ -26,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER, normal, seed_from_rng
+from rml_fast.privacy.clipping import NonFiniteGradientError
 from rml_fast.privacy.dp_c4 import (
     ALGORITHMS,
     calibrate_noise_multiplier,
@@ -149,7 +150,12 @@ class _DPC4Linear(BaseEstimator):
         seed = seed_from_rng(rng)
         Xa = np.hstack([X, np.ones((n, 1), X.dtype)]) if self.fit_intercept else X
         dim = Xa.shape[1]
-        row_norms = np.linalg.norm(Xa, axis=1)
+        with np.errstate(over="ignore"):
+            row_norms = np.linalg.norm(Xa, axis=1)
+        bad = np.flatnonzero(~np.isfinite(row_norms))
+        if bad.size:
+            raise ValueError(f"X rows {bad[:10].tolist()} are too large: their norms overflow "
+                             "float64; rescale X (e.g. standardise it)")
         theta = np.zeros((dim, K))
         theta_prev = theta.copy()
         vel = np.zeros((dim, K))
@@ -175,9 +181,11 @@ class _DPC4Linear(BaseEstimator):
                 beta = min(1.0, max(v["beta0"] / (t + 1) ** v["beta_power"], floor))
             idx = np.flatnonzero(rng.random(n) < q)
             Xb, yb, nb = Xa[idx], y[idx], row_norms[idx]
-            r = self._residual(Xb @ theta, yb)  # (b, K)
+            with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+                r = self._residual(Xb @ theta, yb)  # (b, K)
+                norms = np.linalg.norm(r, axis=1) * nb  # ||g_i|| = ||r_i|| ||x_i||
+            _check_step(t, T, norms, idx)
             C_g = v["anchor_clip"] * beta ** (-v["growth"])
-            norms = np.linalg.norm(r, axis=1) * nb  # ||g_i|| = ||r_i|| ||x_i||
             w_anchor = np.minimum(1.0, C_g / np.maximum(norms, 1e-300))
             size = dim * K
             z = normal(size, seed, (t * size) % (MAX_COUNTER - size)).astype(np.float64)
@@ -185,13 +193,20 @@ class _DPC4Linear(BaseEstimator):
             if beta >= 1.0:
                 total = Xb.T @ (w_anchor[:, None] * r) + sigma_g * C_g * z
             else:
-                r_prev = self._residual(Xb @ theta_prev, yb)
-                dr = r - r_prev
+                with np.errstate(over="ignore", invalid="ignore"):
+                    r_prev = self._residual(Xb @ theta_prev, yb)
+                    dr = r - r_prev
+                    diff_norms = np.linalg.norm(dr, axis=1) * nb
+                _check_step(t, T, diff_norms, idx, "gradient differences")
                 C_t = v["drift_clip_scale"] * (last_move + last_lr * v["threshold_shift"])
-                u = np.minimum(1.0, C_t / np.maximum(np.linalg.norm(dr, axis=1) * nb, 1e-300))
+                u = np.minimum(1.0, C_t / np.maximum(diff_norms, 1e-300))
                 std = math.hypot((1 - beta) * sigma_d * C_t, beta * sigma_g * C_g)
                 coef = (1 - beta) * u[:, None] * dr + beta * w_anchor[:, None] * r
                 total = Xb.T @ coef + std * z
+            if not np.isfinite(total).all():
+                raise NonFiniteGradientError(
+                    f"step {t} (0-based) of {T}: the clipped, noised gradient sum is not finite "
+                    "(an overflow); fit stopped, no fitted model is returned", step=t)
             vel = (1 - beta) * vel + total / v["batch_size"]
             direction = vel + penalty * theta
             theta_prev = theta
@@ -226,6 +241,17 @@ class _DPC4Linear(BaseEstimator):
         if X.shape[1] != n_features:
             raise ValueError(f"X must have {n_features} features, got {X.shape[1]}")
         return X @ self.coef_.T + self.intercept_
+
+
+def _check_step(t: int, T: int, norms: np.ndarray, idx: np.ndarray,
+                what: str = "gradients") -> None:
+    bad = ~np.isfinite(norms)
+    if bad.any():
+        rows = idx[bad][:10].tolist()
+        raise NonFiniteGradientError(
+            f"step {t} (0-based) of {T}: the per-sample {what} of rows {rows} of X are not "
+            "finite (an overflow: rescale X and y); fit stopped, no fitted model is returned",
+            step=t, samples=rows)
 
 
 class DPC4Classifier(ClassifierMixin, _DPC4Linear):

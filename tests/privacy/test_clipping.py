@@ -21,6 +21,15 @@ from rml_fast.privacy.grad_norms import LAYER_RULES
 B = 6
 
 
+def _own(output: torch.Tensor, _target: object) -> torch.Tensor:
+    """The loss of the test models: their output is already the per-sample loss."""
+    return output
+
+
+def _squeezed(output: torch.Tensor, _target: object) -> torch.Tensor:
+    return output.squeeze(1)
+
+
 class Head(nn.Module):
     """A per-sample loss head: a fixed nonlinear readout of a layer's output."""
 
@@ -118,10 +127,10 @@ def _rtol(dtype: torch.dtype) -> float:
 def test_norms_match_brute_force(name: str, mode: str, dtype: torch.dtype) -> None:
     model, x = _prep(name, dtype)
     expected = _per_sample_grads(model, x).double().norm(dim=1)
-    norms = per_sample_grad_norms(model, lambda m: m(x), mode=mode)
+    norms = per_sample_grad_norms(model, _own, x, mode=mode)
     assert norms.dtype == torch.float64
     torch.testing.assert_close(norms, expected, rtol=_rtol(dtype), atol=0)
-    low = per_sample_grad_norms(model, lambda m: m(x), mode=mode, memory="low")
+    low = per_sample_grad_norms(model, _own, x, mode=mode, memory="low")
     torch.testing.assert_close(low, expected, rtol=_rtol(dtype), atol=0)
 
 
@@ -136,7 +145,7 @@ def test_clip_and_accumulate_matches_brute_force(name: str, mode: str, dtype: to
     norms = G.norm(dim=1)
     C = float(norms.median())
     expected = (G * (C / norms).clamp(max=1.0)[:, None]).sum(0)
-    clip_and_accumulate(model, lambda m: m(x), C, mode=mode, memory=memory)
+    clip_and_accumulate(model, _own, x, max_norm=C, mode=mode, memory=memory)
     got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     assert got.dtype == dtype
     torch.testing.assert_close(got, expected, rtol=_rtol(dtype) * 10, atol=_rtol(dtype) * 10)
@@ -155,7 +164,7 @@ def test_coupled_norms_match_brute_force(name: str, mode: str, scale: float) -> 
             p.add_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
     expected = (_per_sample_grads(model, x) - _per_sample_grads(prev, x)).norm(dim=1)
     expected_g = _per_sample_grads(model, x).norm(dim=1)
-    norms, diffs = coupled_norms(model, prev, lambda m: m(x), mode=mode)
+    norms, diffs = coupled_norms(model, prev, _own, x, mode=mode)
     torch.testing.assert_close(norms, expected_g, rtol=1e-10, atol=0)
     # relative to the difference itself: the naive ||G||^2 + ||G'||^2 - 2<G, G'> loses
     # ~ eps * ||G||^2 / ||G - G'||^2 = 1e-4 at scale 1e-6 and would fail this
@@ -170,7 +179,7 @@ def test_coupled_norms_float32_small_difference() -> None:
             p.mul_(1 + 1e-3)
     m64, p64 = copy.deepcopy(model).double(), copy.deepcopy(prev).double()
     expected = (_per_sample_grads(m64, x) - _per_sample_grads(p64, x)).norm(dim=1)
-    _, diffs = coupled_norms(model, prev, lambda m: m(x), mode="ghost")
+    _, diffs = coupled_norms(model, prev, _own, x, mode="ghost")
     torch.testing.assert_close(diffs, expected, rtol=1e-3, atol=0)
 
 
@@ -224,7 +233,7 @@ def test_matches_opacus_per_sample_norms(name: str) -> None:
     opacus_norms = torch.stack(
         [p.grad_sample.reshape(B, -1).norm(dim=1) for p in gsm.parameters()], 1
     ).norm(dim=1)
-    ours = per_sample_grad_norms(model, lambda m: m(x))
+    ours = per_sample_grad_norms(model, _own, x)
     torch.testing.assert_close(ours, opacus_norms, rtol=1e-10, atol=0)
 
 
@@ -242,10 +251,10 @@ def test_tied_weights_and_inplace_outputs_raise() -> None:
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True), nn.Linear(3, 1))
     x = torch.randn(4, 3)
     with pytest.raises(UnsupportedLayerError, match="in place"):
-        per_sample_grad_norms(model, lambda m: m(x).squeeze(1))
+        per_sample_grad_norms(model, _squeezed, x)
     twice = nn.Linear(3, 3)
     with pytest.raises(UnsupportedLayerError, match="ran twice"):
-        per_sample_grad_norms(twice, lambda m: m(m(x)).sum(1))
+        per_sample_grad_norms(nn.Sequential(twice, twice), lambda out, _: out.sum(1), x)
 
 
 def test_frozen_layers_are_skipped_and_bad_args_raise() -> None:
@@ -254,16 +263,16 @@ def test_frozen_layers_are_skipped_and_bad_args_raise() -> None:
         p.requires_grad_(False)
     model.eval()
     x = torch.randn(4, 3)
-    norms = per_sample_grad_norms(model, lambda m: m(x).squeeze(1))
+    norms = per_sample_grad_norms(model, _squeezed, x)
     assert norms.shape == (4,)
     with pytest.raises(ValueError, match="mode"):
         ClippingEngine(model, mode="fast")
     with pytest.raises(TypeError, match="model"):
         ClippingEngine("model")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="losses"):
-        per_sample_grad_norms(model, lambda m: m(x))
+        per_sample_grad_norms(model, _own, x)
     with pytest.raises(ValueError, match="max_norm"):
-        clip_and_accumulate(model, lambda m: m(x).squeeze(1), 0.0)
+        clip_and_accumulate(model, _squeezed, x, max_norm=0.0)
 
 
 def test_registry_rejects_duplicates() -> None:
@@ -303,7 +312,7 @@ def test_engine_on_cuda_matches_brute_force(name: str) -> None:
     model, x = _prep(name, torch.float32)
     expected = _per_sample_grads(model, x).double().norm(dim=1)
     model, x = model.cuda(), x.cuda()
-    norms = per_sample_grad_norms(model, lambda m: m(x))
+    norms = per_sample_grad_norms(model, _own, x)
     torch.testing.assert_close(norms.cpu(), expected, rtol=1e-4, atol=0)
 
 

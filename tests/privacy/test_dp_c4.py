@@ -38,6 +38,10 @@ def _losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(model(x), y, reduction="none")
 
 
+def _ce(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(output, target, reduction="none")
+
+
 @pytest.mark.parametrize("memory_efficient", [True, False])
 def test_noise_free_large_thresholds_is_recursive_momentum_sgd(memory_efficient: bool) -> None:
     """sigma = 0, C huge: v_t = (1-b_t)(v_{t-1} + g(x_t) - g(x_{t-1})) + b_t g(x_t) (STORM)."""
@@ -47,7 +51,7 @@ def test_noise_free_large_thresholds_is_recursive_momentum_sgd(memory_efficient:
                         anchor_clip=1e8, drift_clip_scale=1e8, beta0=0.7,
                         memory_efficient=memory_efficient, seed=0)
     for x, y in batches:
-        opt.step(lambda m, x=x, y=y: _losses(m, x, y))
+        opt.step(_ce, x, y)
 
     def mean_grad(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.autograd.grad(_losses(m, x, y).mean(), list(m.parameters())))
@@ -104,7 +108,7 @@ def test_beta_one_matches_opacus_dp_sgd(algorithm: str, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(opacus_opt, "_generate_noise", philox_noise)
     for t, (x, y) in enumerate(_batches(4, B)):
-        ours.step(lambda x=x, y=y: _losses(model, x, y))
+        ours.step(nn.CrossEntropyLoss(), x, y)
         state["step"], state["offset"] = t, 0
         peer_opt.zero_grad()
         nn.functional.cross_entropy(peer(x), y).backward()
@@ -200,7 +204,7 @@ def test_make_private_and_privacy_spent() -> None:
     assert 0.0 < spent < 3.0
     assert spent <= per_epoch[0] < spent * 1.05  # coarser grid: pessimistic, close
     for _ in range(10):  # a second epoch reaches the target
-        opt.step(lambda: _losses(model, X[:20], y[:20]))
+        opt.step(_ce, X[:20], y[:20])
     assert opt.privacy_spent(1e-5) == pytest.approx(3.0, rel=0.01)
     with pytest.raises(ValueError, match="noise_multiplier"):
         make_private_dpc4(model, {"lr": 0.1, "noise_multiplier": 1.0}, loader, 1.0, 1e-5, 1)
@@ -211,7 +215,7 @@ def test_empty_poisson_batch_steps_with_noise_only() -> None:
     opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=5, seed=3)
     before = [p.detach().clone() for p in model.parameters()]
     x, y = torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
-    opt.step(lambda: _losses(model, x, y))
+    opt.step(_ce, x, y)
     moved = sum(float((p.detach() - q).abs().sum()) for p, q in zip(model.parameters(), before, strict=True))
     assert moved > 0.0  # the noise is still released
 
@@ -233,7 +237,7 @@ def test_unsupported_layer_and_bad_hyperparameters_raise_before_training() -> No
         with pytest.raises((ValueError, TypeError), match=name):
             DPC4Optimizer(model, **kwargs)
     opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4)
-    with pytest.raises(ValueError, match="closure"):
+    with pytest.raises(ValueError, match="loss_fn"):
         opt.step()
     with pytest.raises(ValueError, match="sample_rate"):
         opt.privacy_spent(1e-5)
@@ -301,7 +305,7 @@ def test_both_passes_see_the_same_dropout_masks() -> None:
                         anchor_clip=1e8, drift_clip_scale=1e8, beta0=0.7, seed=0)
     torch.manual_seed(42)
     for x, y in batches:
-        opt.step(lambda x=x, y=y: _losses(model, x, y))
+        opt.step(_ce, x, y)
     torch.manual_seed(42)
     prev, v = copy.deepcopy(ref), None
     for t, (x, y) in enumerate(batches):
@@ -383,7 +387,7 @@ def test_memory_modes_give_the_same_update(dtype: torch.dtype, algorithm: str,
                             seed=1)
         thresholds = []
         for x, y in batches:
-            opt.step(lambda mm, x=x, y=y: _losses(mm, x, y))
+            opt.step(_ce, x, y)
             thresholds.append(opt.last_stats["drift_threshold"])
         results[memory] = (torch.cat([p.detach().reshape(-1) for p in m.parameters()]),
                            np.array(thresholds), torch.rand(1))
@@ -424,7 +428,7 @@ def test_memory_modes_with_an_empty_batch(algorithm: str) -> None:
         opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=4,
                             algorithm=algorithm, memory=memory, seed=0)
         for (x, y), keep in zip(_batches(3, B=4), (4, 0, 4), strict=True):
-            opt.step(lambda m, x=x[:keep], y=y[:keep]: _losses(m, x, y))
+            opt.step(_ce, x[:keep], y[:keep])
         finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     for other in finals[1:]:
         torch.testing.assert_close(other, finals[0], rtol=1e-12, atol=1e-12)
