@@ -4,6 +4,9 @@ predictive bands to PNG. A thin wrapper of ``rml-fast demo np`` (the code lives 
 ``rml_fast.neural_processes.demo``):
 
     python benchmarks/demo_np.py --budget 120 --out np_demo.png
+
+Every option of ``rml-fast demo np`` is passed through (``--help`` lists them); progress bars
+go to stderr (``--no-progress`` turns them off), and bad values end in a one-line error.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -352,6 +353,38 @@ def test_plot_linear_axis_for_close_ratios_and_summary_for_many_rows(tmp_path, m
         "vs p1 (50 cases)",
     ]
     assert {t.get_text() for t in ax_many.texts} == {"median 51x", "median 52x"}
+
+
+def _load_plot_nudft():
+    spec = importlib.util.spec_from_file_location(
+        "rml_fast_plot_nudft", ROOT / "benchmarks" / "plot_nudft.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plot_nudft_arguments_and_annotations(tmp_path, monkeypatch, capsys):
+    plot_nudft = _load_plot_nudft()
+    with pytest.raises(SystemExit) as exc:
+        plot_nudft.main([str(tmp_path / "missing.json"), str(tmp_path / "x.png")])
+    assert exc.value.code == 2
+    assert "cannot read the results" in capsys.readouterr().err
+    figures = _captured_figure(monkeypatch)
+    layer = {"kind": "layer", "d": 1, "N": 50, "M": 128, "C": 128}
+    rows = [
+        {"case": layer, "peer": "einsum", "ratio": 2.5, "quick": True},
+        {"case": layer, "peer": "torchkbnufft", "ratio": None, "skipped": "not installed"},
+    ]
+    src = tmp_path / "nudft.quick.json"
+    src.write_text(json.dumps(rows))
+    out = plot_nudft.main([str(src), str(tmp_path / "n.png")])
+    assert out.stat().st_size > 0
+    (fig,) = figures
+    ax = fig.axes[0]
+    assert "2.5" in [t.get_text() for t in ax.texts] and "quick mode" in ax.get_title()
+    note = " ".join(t.get_text() for t in fig.texts)
+    assert "QUICK MODE" in note and "skipped: torchkbnufft (not installed)" in note
 
 
 def test_suite_save_plot_writes_quick_png(tmp_path):
