@@ -606,24 +606,32 @@ def pld_delta_for_epsilon(
 
 def _pld_suffix_sums(
     pmf: np.ndarray, lower_index: int, h: float
-) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
-    """Losses ``l_i``, ``l_0`` and the suffix sums ``sum_{j>=i} p_j`` and
-    ``sum_{j>=i} p_j exp(l_0 - l_j)`` (each with a trailing 0) that both read-outs use."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Losses ``l_i`` and the suffix sums ``s1_i = sum_{j>=i} p_j`` and
+    ``t_i = sum_{j>=i} p_j exp(l_i - l_j)`` (each with a trailing 0) that both read-outs use.
+
+    ``t`` is relative to its own bucket (``t_i = p_i + e^{-h} t_{i+1}``, an IIR filter), so
+    neither sum over- or underflows however wide the support; ``e^{-h}`` is rounded down
+    (this can only raise the deltas read out: pessimistic).
+    """
+    from scipy.signal import lfilter
+
     losses = (lower_index + np.arange(pmf.size)) * h
-    base = float(losses[0])
+    decay = float(np.nextafter(math.exp(-h), 0.0))
     s1 = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
-    s2 = np.concatenate([np.cumsum((pmf * np.exp(base - losses))[::-1])[::-1], [0.0]])
-    return losses, base, s1, s2
+    t = np.concatenate([lfilter([1.0], [1.0, -decay], pmf[::-1])[::-1], [0.0]])
+    return losses, s1, t
 
 
 def pld_delta_for_epsilon_reference(
     pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, epsilon: np.ndarray
 ) -> np.ndarray:
     """NumPy twin of :func:`pld_delta_for_epsilon` (suffix sums + searchsorted)."""
-    losses, base, s1, s2 = _pld_suffix_sums(pmf, lower_index, h)
+    losses, s1, t = _pld_suffix_sums(pmf, lower_index, h)
     j = np.searchsorted(losses, epsilon, side="right")
-    with np.errstate(over="ignore", invalid="ignore"):
-        val = s1[j] - np.exp(np.minimum(epsilon - base, 700.0)) * s2[j]
+    jc = np.minimum(j, losses.size - 1)
+    # sum_{i>=j} p_i (1 - e^{eps - l_i}) = s1_j - e^{eps - l_j} t_j with eps - l_j < 0
+    val = s1[j] - np.exp(np.minimum(epsilon - losses[jc], 0.0)) * t[j]
     val = np.where(j >= losses.size, 0.0, val)
     return np.maximum(val, 0.0) + infinity_mass
 
@@ -683,9 +691,8 @@ def pld_epsilon_for_delta_reference(
     pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, delta: np.ndarray
 ) -> np.ndarray:
     """NumPy twin of :func:`pld_epsilon_for_delta`."""
-    losses, base, s1, s2 = _pld_suffix_sums(pmf, lower_index, h)
-    with np.errstate(over="ignore", invalid="ignore"):
-        d_grid = s1[1:] - np.exp(losses - base) * s2[1:]
+    losses, s1, t = _pld_suffix_sums(pmf, lower_index, h)
+    d_grid = s1[1:] - math.exp(-h) * t[1:]
     d_grid[-1] = 0.0
     d_grid = np.maximum(d_grid, 0.0) + infinity_mass
     out = np.empty(delta.shape, dtype=np.float64)
@@ -693,13 +700,14 @@ def pld_epsilon_for_delta_reference(
         if infinity_mass > target:
             out.flat[n] = math.inf
             continue
-        # first k with d_grid[k] <= target: eps lies in (l_{k-1}, l_k], atoms i >= k above it
+        # first k with d_grid[k] <= target: eps lies in (l_{k-1}, l_k], atoms i >= k above it,
+        # where delta(eps) = s1_k + p_inf - e^{eps - l_k} t_k
         k = min(int(np.searchsorted(-d_grid, -target, side="left")), losses.size - 1)
         rest = s1[k] + infinity_mass - target
-        if s2[k] <= 0.0 or rest <= 0.0:
+        if t[k] <= 0.0 or rest <= 0.0:
             eps = losses[k - 1] if k > 0 else 0.0
         else:
-            eps = min(base + math.log(rest / s2[k]), losses[k])
+            eps = min(losses[k] + math.log(rest / t[k]), losses[k])
         out.flat[n] = max(eps, 0.0)
     return out
 

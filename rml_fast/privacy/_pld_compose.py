@@ -13,11 +13,21 @@ from collections.abc import Callable
 import numpy as np
 
 from rml_fast.kernels.sgg import fft_good_size, pld_convolve, pld_self_convolve
+from rml_fast.privacy._pld_discretise import _MAX_BUCKETS
 from rml_fast.privacy._pld_lattice import _make, _Pmf
+
+
+def _check_size(size: int, h: float) -> None:
+    if size > _MAX_BUCKETS:
+        raise ValueError(
+            f"the composed privacy loss needs {size} buckets of width {h:g} (more than "
+            f"{_MAX_BUCKETS}): use a larger value_discretization_interval"
+        )
 
 
 def _convolve(a: _Pmf, b: _Pmf, budget: float) -> _Pmf:
     """Linear (never circular) convolution of two pmfs on the same lattice, via real FFT."""
+    _check_size(a.pmf.size + b.pmf.size - 1, a.h)
     if min(a.pmf.size, b.pmf.size) <= 64:
         c = np.convolve(a.pmf, b.pmf)
     else:
@@ -88,6 +98,8 @@ def _self_compose_fft(a: _Pmf, n: int, budget: float) -> _Pmf:
     or above lo + Lf is added again, as its Chernoff bound, to +inf. So the result stays
     an upper bound for delta(eps) although the transform is circular.
     """
+    if not (a.pmf > 0.0).any():  # no finite mass: everything sits at +inf
+        return _make(np.zeros(1), n * a.lower_index, a.h, 1.0, 0.0)
     mgf = _Mgf(a)
     lo = mgf.lower_quantile(n, math.log(budget))
     hi = mgf.upper_quantile(n, math.log(budget))
@@ -99,6 +111,7 @@ def _self_compose_fft(a: _Pmf, n: int, budget: float) -> _Pmf:
     if hi_rel - lo_rel + 1 >= full or full <= 4 * a.pmf.size:
         return _self_compose_squaring(a, n, budget)
     size = fft_good_size(hi_rel - lo_rel + 1)
+    _check_size(size, h)
     # Native FFT power; c[j] holds the sums with index lo_rel + j (mod size).
     c = pld_self_convolve(a.pmf, n, size, lo_rel)
     np.maximum(c, 0.0, out=c)

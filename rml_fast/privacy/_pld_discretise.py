@@ -74,6 +74,7 @@ def _pmf_from_cdf(
     estimator: str = "bucket",
     sf_pair: PairFn | None = None,
     bound_cdf: CdfFn | None = None,
+    delta_fn: CdfFn | None = None,
 ) -> _Pmf:
     """Pessimistic bucketing of a loss law given by its CDF (and optionally survival fn).
 
@@ -84,6 +85,8 @@ def _pmf_from_cdf(
     only to place the truncation bounds: any bounds are pessimistic (mass below the lowest
     bucket moves up onto it; the mass above the top bucket, computed with the accurate
     ``sf``, goes to +inf), so an approximate locator changes tightness, never validity.
+    ``delta_fn(grid)``, if given, is the hockey-stick curve ``delta(eps)`` evaluated stably
+    (no ``e^eps * sf_q`` overflow at large losses); connect-the-dots then uses it.
     """
     sf_fn: CdfFn = sf if sf is not None else (lambda x: 1.0 - cdf(x))
     if bounds is None:
@@ -101,6 +104,8 @@ def _pmf_from_cdf(
             f"width {h:g}: use a larger value_discretization_interval"
         )
     grid = np.arange(i_lo, i_hi + 1, dtype=np.float64) * h
+    if estimator == "connect_dots" and delta_fn is not None:
+        return _connect_dots_delta(np.asarray(delta_fn(grid), dtype=np.float64), grid, i_lo, h)
     if estimator == "connect_dots" and sf_pair is not None:
         sp, sq = sf_pair(grid)
         return _connect_dots(lambda _: sp, lambda _: sq, grid, i_lo, h)
@@ -122,30 +127,58 @@ def _pmf_from_cdf(
 
 
 def _connect_dots(sf_p: CdfFn, sf_q: CdfFn, grid: np.ndarray, i_lo: int, h: float) -> _Pmf:
-    """Connect-the-dots PLD (Doroshenko et al., arXiv 2207.04380) from delta on the grid.
+    """Connect-the-dots PLD (Doroshenko et al., arXiv 2207.04380) from the survival functions.
+
+    ``delta(eps_i) = P_A(L > eps_i) - e^{eps_i} P_B(L > eps_i)``. Where ``e^{eps_i}`` or the
+    product overflows (losses beyond ~709 nats), the upper bound ``P_A(L > eps_i)`` is used
+    instead (dropping a non-negative term): connect-the-dots through upper bounds of the
+    curve still dominates it (see :func:`_connect_dots_delta`).
+    """
+    p = np.asarray(sf_p(grid), dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = np.exp(grid) * np.asarray(sf_q(grid), dtype=np.float64)
+        delta = np.where(np.isfinite(prod), p - prod, p)
+    return _connect_dots_delta(delta, grid, i_lo, h)
+
+
+def _connect_dots_delta(delta: np.ndarray, grid: np.ndarray, i_lo: int, h: float) -> _Pmf:
+    """Connect-the-dots PLD from ``delta(eps_i)`` (or upper bounds of it) on the grid.
 
     In ``x = e^eps`` the hockey-stick curve ``D(x) = E_P[(1 - x e^{-L})_+]`` is convex and
     decreasing with ``D(0) = 1``; its piecewise-linear interpolation through
     ``(0, 1), (x_i, delta(eps_i))`` and constant ``delta(eps_max)`` beyond lies above it, and
     is exactly the curve of the discrete PLD with ``p_i e^{-eps_i}`` = the slope change at
     ``x_i`` and ``p_inf = delta(eps_max)``. So the result dominates the mechanism (a
-    pessimistic estimate) while rounding far less than bucketing.
+    pessimistic estimate) while rounding far less than bucketing. Values above the exact
+    curve keep this true (each chord through higher points lies higher).
+
+    Computed without any ``e^{eps_i}`` (which overflows past ~709 nats): with the slopes
+    ``T_j`` of the chords on ``[x_{j-1}, x_j]`` scaled as ``M_j = T_j x_j (1 - e^{-h})``,
+    ``M_j = delta_{j-1} - delta_j`` (``M_0 = (1 - delta_0)(1 - e^{-h})``) and
+    ``p_i = (M_i - e^{-h} M_{i+1}) / (1 - e^{-h})``.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        delta = np.asarray(sf_p(grid), dtype=np.float64) - np.exp(grid) * np.asarray(sf_q(grid))
-    delta = np.clip(np.nan_to_num(delta, nan=1.0), -np.expm1(np.minimum(grid, 0.0)), 1.0)
+    delta = np.nan_to_num(np.asarray(delta, dtype=np.float64), nan=1.0)
+    delta = np.clip(delta, -np.expm1(np.minimum(grid, 0.0)), 1.0)
     delta = np.maximum(delta, 0.0)
-    # T_j = -(slope of D on [x_{j-1}, x_j]) for j = 1..n-1; T_0 from the chord to (0, 1).
-    dx = np.exp(grid[1:]) * -np.expm1(-h)
-    t = np.empty(grid.size + 1)
-    t[0] = (1.0 - delta[0]) * math.exp(-grid[0])
-    t[1:-1] = (delta[:-1] - delta[1:]) / dx
-    t[-1] = 0.0
+    n = grid.size
+    one_minus = -math.expm1(-h)  # 1 - e^{-h}
+    m = np.empty(n + 1)
+    m[0] = (1.0 - delta[0]) * one_minus
+    m[1:-1] = delta[:-1] - delta[1:]
+    m[-1] = 0.0
+    np.maximum(m, 0.0, out=m)
     # D is anchored at the top (D = p_inf beyond eps_max), so D(x_j) = p_inf + sum_{i>j} T_i dx_i.
     # Round-off (or quadrature noise) can make the T_j non-monotone; raising each T_j to the
-    # maximum of those to its right restores convexity and only raises D (pessimistic).
-    t = np.maximum.accumulate(t[::-1])[::-1]
-    pmf = np.maximum((t[:-1] - t[1:]) * np.exp(grid), 0.0)
+    # maximum of those to its right restores convexity and only raises D (pessimistic). In the
+    # scaled slopes: M_j <- max_{k>=j} M_k e^{-(k-j) h}, done in log space (no overflow).
+    k = np.arange(n + 1, dtype=np.float64) * h
+    with np.errstate(divide="ignore"):
+        w = np.log(m) - k
+    wmax = np.maximum.accumulate(w[::-1])[::-1]
+    raise_ = wmax > w
+    if raise_.any():
+        m = np.where(raise_, np.exp(wmax + k), m)
+    pmf = np.maximum((m[:-1] - math.exp(-h) * m[1:]) / one_minus, 0.0)
     p, lower = _trim(pmf, i_lo)
     return _Pmf(_readonly(p), lower, h, float(delta[-1]))
 
@@ -161,6 +194,10 @@ class _LossModel:
     center: float = 0.0
     sf_pair: PairFn | None = None  # grid -> (P_A(L > l), P_B(L > l)) in one pass
     bound_cdf: CdfFn | None = None  # cheap cdf_a to place the truncation bounds
+    # Hockey-stick curves eps -> H_{e^eps}(A || B) and H_{e^eps}(B || A), evaluated stably for
+    # every real eps (closed forms, no e^eps * tiny products); None: use the survival functions.
+    delta_ab: CdfFn | None = None
+    delta_ba: CdfFn | None = None
 
 
 def _symmetric_model(
@@ -213,16 +250,19 @@ def _directions(
         return (
             _pmf_from_cdf(
                 model.cdf_a, model.sf_a, h, tail, model.center, sf_q=model.sf_b,
-                sf_pair=model.sf_pair, bound_cdf=model.bound_cdf, **kw,
+                sf_pair=model.sf_pair, bound_cdf=model.bound_cdf, delta_fn=model.delta_ab, **kw,
             ),
         )
     logq = math.log(q)
     out = []
+    delta_r = delta_ad = None
+    if model.delta_ab is not None and model.delta_ba is not None:
+        delta_r = _subsampled_remove_delta(model.delta_ab, q)
+        delta_ad = _subsampled_add_delta(model.delta_ba, q)
     if relation in ("add_or_remove", "remove"):
         # Remove: pair (qA + (1-q)B, B); L' = ln(q e^L + 1 - q) = y  <=>  L = g(y).
         def g(y: np.ndarray) -> np.ndarray:
-            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                return np.log(np.expm1(y) + q) - logq
+            return _log_expm1_plus(y, q) - logq
 
         floor = math.log1p(-q)
 
@@ -239,12 +279,13 @@ def _directions(
         def sfq_r(y: np.ndarray) -> np.ndarray:  # P_B(L' > y)
             return np.where(y > floor, np.nan_to_num(model.sf_b(g(y)), nan=1.0), 1.0)
 
-        out.append(_pmf_from_cdf(cdf_r, sf_r, h, tail, center=0.0, sf_q=sfq_r, **kw))
+        out.append(
+            _pmf_from_cdf(cdf_r, sf_r, h, tail, center=0.0, sf_q=sfq_r, delta_fn=delta_r, **kw)
+        )
     if relation in ("add_or_remove", "add"):
         # Add: pair (B, qA + (1-q)B); L' = -ln(q e^L + 1 - q) = y  <=>  L = k(y).
         def k(y: np.ndarray) -> np.ndarray:
-            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                return np.log(np.expm1(-y) + q) - logq
+            return _log_expm1_plus(-np.asarray(y, dtype=np.float64), q) - logq
 
         ceil_ = -math.log1p(-q)
 
@@ -261,19 +302,106 @@ def _directions(
             val = q * model.cdf_a(x) + (1 - q) * model.cdf_b(x)
             return np.where(y < ceil_, np.nan_to_num(val, nan=0.0), 0.0)
 
-        out.append(_pmf_from_cdf(cdf_ad, sf_ad, h, tail, center=0.0, sf_q=sfq_ad, **kw))
+        out.append(
+            _pmf_from_cdf(cdf_ad, sf_ad, h, tail, center=0.0, sf_q=sfq_ad, delta_fn=delta_ad, **kw)
+        )
     return tuple(out)
+
+
+def _log_expm1_plus(y: np.ndarray, q: float) -> np.ndarray:
+    """``ln(e^y - 1 + q)`` without overflow (``-inf`` where ``e^y <= 1 - q``, NaN for NaN)."""
+    y = np.asarray(y, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        small = np.log(np.expm1(np.minimum(y, 1.0)) + q)
+        big = y + np.log1p(-(1.0 - q) * np.exp(-np.maximum(y, 1.0)))
+    return np.where(y > 1.0, big, small)
+
+
+def _subsampled_remove_delta(delta_ab: CdfFn, q: float) -> CdfFn:
+    """Hockey stick of the remove pair ``(qA + (1-q)B, B)`` from that of ``(A, B)``.
+
+    ``H_{e^eps}(qA + (1-q)B || B) = q H_{e^eps'}(A || B)``, ``e^eps' = 1 + (e^eps - 1)/q``,
+    and ``1 - e^eps`` where ``e^eps <= 1 - q`` (the whole space is the worst event).
+    """
+    log1mq = math.log1p(-q)
+    logq = math.log(q)
+
+    def fn(eps: np.ndarray) -> np.ndarray:
+        eps = np.asarray(eps, dtype=np.float64)
+        inner = _log_expm1_plus(eps, q) - logq  # eps'
+        with np.errstate(invalid="ignore"):
+            val = q * np.asarray(delta_ab(np.where(eps > log1mq, inner, 0.0)))
+        return np.where(eps > log1mq, val, -np.expm1(np.minimum(eps, 0.0)))
+
+    return fn
+
+
+def _subsampled_add_delta(delta_ba: CdfFn, q: float) -> CdfFn:
+    """Hockey stick of the add pair ``(B, qA + (1-q)B)`` from that of ``(B, A)``.
+
+    With ``c = 1 - (1-q) e^eps``: 0 where ``c <= 0``, else ``c H_{e^eps''}(B || A)`` with
+    ``e^eps'' = q e^eps / c``.
+    """
+    log1mq = math.log1p(-q)
+    logq = math.log(q)
+
+    def fn(eps: np.ndarray) -> np.ndarray:
+        eps = np.asarray(eps, dtype=np.float64)
+        ok = eps + log1mq < 0.0
+        x = np.where(ok, eps + log1mq, -1.0)
+        c = -np.expm1(x)
+        inner = eps + logq - np.log(c)
+        val = c * np.asarray(delta_ba(np.where(ok, inner, 0.0)))
+        return np.where(ok, val, 0.0)
+
+    return fn
+
+
+def _gaussian_hockey(eps: np.ndarray, mu: float) -> np.ndarray:
+    """Hockey stick ``delta(eps)`` of ``L ~ N(mu, 2 mu)`` (the Gaussian mechanism with
+    ``mu = (sensitivity/std)^2 / 2``; Balle & Wang 2018), for every real ``eps``.
+
+    ``delta = Phi(-u) - e^eps Phi(-v)``, ``u = (eps - mu)/s``, ``v = (eps + mu)/s``,
+    ``s = sqrt(2 mu)``. Since ``e^eps e^{-v^2/2} = e^{-u^2/2}``, for ``u >= 0`` it equals
+    ``e^{-u^2/2} (erfcx(u/sqrt2) - erfcx(v/sqrt2)) / 2`` (no exponential overflow and no
+    cancellation between tiny exponentials; accurate up to ``eps ~ 1e300``); for ``u < 0``
+    ``Phi(-u) >= 1/2`` and the second term is taken through ``log_ndtr``.
+    """
+    eps = np.asarray(eps, dtype=np.float64)
+    s = math.sqrt(2.0 * mu)
+    u = (eps - mu) / s
+    v = (eps + mu) / s
+    r2 = math.sqrt(2.0)
+    pos = u >= 0.0
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        up = np.where(pos, u, 0.0)
+        tail = 0.5 * np.exp(-0.5 * up * up) * (
+            special.erfcx(up / r2) - special.erfcx(np.where(pos, v, 0.0) / r2)
+        )
+        un = np.where(pos, -1.0, u)
+        # eps + ln Phi(-v) <= ln Phi(-u) <= 0: no overflow
+        body = special.ndtr(-un) - np.exp(
+            np.where(pos, 0.0, eps) + special.log_ndtr(-np.where(pos, 0.0, v))
+        )
+    out = np.where(pos, tail, body)
+    return np.clip(out, np.maximum(-np.expm1(np.minimum(eps, 0.0)), 0.0), 1.0)
 
 
 def _gaussian_model(std: float, sensitivity: float) -> _LossModel:
     mu = sensitivity**2 / (2.0 * std**2)  # L ~ N(mu, 2 mu) under A, N(-mu, 2 mu) under B
     s = math.sqrt(2.0 * mu)
+
+    def hockey(eps: np.ndarray) -> np.ndarray:
+        return _gaussian_hockey(eps, mu)
+
     return _LossModel(
         cdf_a=lambda x: special.ndtr((x - mu) / s),
         sf_a=lambda x: special.ndtr((mu - x) / s),
         cdf_b=lambda x: special.ndtr((x + mu) / s),
         sf_b=lambda x: special.ndtr((-mu - x) / s),
         center=mu,
+        delta_ab=hockey,
+        delta_ba=hockey,  # symmetric pair
     )
 
 
@@ -296,4 +424,11 @@ def _laplace_model(b: float, sensitivity: float) -> _LossModel:
     def sf_b(x: np.ndarray) -> np.ndarray:
         return 1.0 - cdf_b(x)
 
-    return _LossModel(cdf_a, sf_a, cdf_b, sf_b, center=0.0)
+    def hockey(eps: np.ndarray) -> np.ndarray:
+        # 1 - e^eps below -a, 1 - e^{(eps - a)/2} on [-a, a), 0 from a on (symmetric pair)
+        eps = np.asarray(eps, dtype=np.float64)
+        mid = -np.expm1(np.minimum(eps - a, 0.0) / 2.0)
+        low = -np.expm1(np.minimum(eps, 0.0))
+        return np.where(eps < -a, low, np.where(eps >= a, 0.0, mid))
+
+    return _LossModel(cdf_a, sf_a, cdf_b, sf_b, center=0.0, delta_ab=hockey, delta_ba=hockey)

