@@ -87,10 +87,12 @@ class EdgeGraph:
 
     @property
     def n_fwd(self) -> int:
+        """Sources: ``input``, every head and every MLP: ``1 + L (H + has_mlp)``."""
         return 1 + self.n_layers * (self.n_heads + int(self.has_mlp))
 
     @property
     def n_bwd(self) -> int:
+        """Destinations: q, k, v of every head, every MLP, ``logits``: ``L (3H + has_mlp) + 1``."""
         return self.n_layers * (3 * self.n_heads + int(self.has_mlp)) + 1
 
     @property
@@ -100,6 +102,7 @@ class EdgeGraph:
 
     @property
     def n_edges(self) -> int:
+        """Number of real edges (each source feeds every later destination), ``E(L, H)``."""
         return int(self.src_limit.sum())
 
     def head_index(self, layer: int, head: int) -> int:
@@ -125,10 +128,12 @@ class EdgeGraph:
 
     @property
     def logits_index(self) -> int:
+        """Column of the ``logits`` destination (the last one)."""
         return self.n_bwd - 1
 
     @property
     def fwd_names(self) -> list[str]:
+        """Source names by row: ``input``, ``a{l}.h{h}``, ``m{l}``."""
         names = ["input"]
         for layer in range(self.n_layers):
             names += [f"a{layer}.h{h}" for h in range(self.n_heads)]
@@ -138,6 +143,7 @@ class EdgeGraph:
 
     @property
     def bwd_names(self) -> list[str]:
+        """Destination names by column: ``a{l}.h{h}<q|k|v>``, ``m{l}``, ``logits``."""
         names = []
         for layer in range(self.n_layers):
             for w in "qkv":

@@ -73,9 +73,19 @@ class Task:
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A random training batch drawn from ``gen``.
+
+        Returns
+        -------
+        tokens, targets : LongTensor of shape (batch, seq_len)
+            ``targets[:, p]`` is the token to predict at position ``p`` (the next token).
+        mask : BoolTensor of shape (batch, seq_len)
+            The positions the loss (and :meth:`accuracy`) counts.
+        """
         raise NotImplementedError
 
     def queries(self, n: int, rng: Any = None) -> list[Query]:
+        """``n`` random (clean, corrupted) query pairs for circuit discovery, seeded by ``rng``."""
         raise NotImplementedError
 
     def spec(self) -> dict[str, Any]:
@@ -292,9 +302,11 @@ class IOITask(Task):
         self.seq_len = max(len(t.split()) for t in IOI_TEMPLATES) + 1
 
     def encode(self, words: list[str]) -> list[int]:
+        """Token ids of a list of words (KeyError for a word outside :attr:`vocab`)."""
         return [self._index[w] for w in words]
 
     def decode(self, ids: Any) -> str:
+        """The space-joined words of a sequence of token ids."""
         return " ".join(self.vocab[int(i)] for i in ids)
 
     def _fill(self, template: int, a: str, b: str, s: str, place: str, obj: str) -> list[int]:
@@ -512,6 +524,7 @@ class CharLMTask(Task):
 
     @property
     def data(self) -> torch.Tensor:
+        """The corpus as a LongTensor of ASCII codes, shape (n_chars,), loaded on first use."""
         if self._data is None:
             raw = np.frombuffer(stdlib_corpus().encode("ascii"), dtype=np.uint8)
             self._data = torch.from_numpy(raw.astype(np.int64))
@@ -537,6 +550,7 @@ class CharLMTask(Task):
         return w[:, :-1], w[:, 1:]
 
     def queries(self, n: int, rng: Any = None) -> list[Query]:
+        """Not available: a language-modelling task has no corrupted counterpart."""
         raise NotImplementedError("charlm has no corrupted counterpart; it is a plain LM task")
 
 

@@ -92,13 +92,16 @@ class TinyConfig:
 
     @property
     def d_head(self) -> int:
+        """Width of one attention head, ``d_model // n_heads``."""
         return self.d_model // self.n_heads
 
     @property
     def attn_only(self) -> bool:
+        """Whether the model has no MLPs (``d_mlp is None``)."""
         return self.d_mlp is None
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (``TinyConfig(**cfg.to_dict()) == cfg``)."""
         return asdict(self)
 
 
@@ -110,6 +113,7 @@ class HookPoint(nn.Module):
         self.name = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Identity: returns ``x`` unchanged (forward hooks on this module may replace it)."""
         return x
 
 

@@ -62,6 +62,7 @@ class Batch:
     info: dict[str, Any] = field(default_factory=dict)
 
     def to(self, device: Any) -> Batch:
+        """A copy with the four tensors moved to ``device`` (``info`` shared, not copied)."""
         return Batch(*(t.to(device) for t in (self.xc, self.yc, self.xq, self.yq)), self.info)
 
 

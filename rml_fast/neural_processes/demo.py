@@ -119,6 +119,8 @@ class GridConvCNP(nn.Module):
     def forward(
         self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor
     ) -> torch.distributions.Normal:
+        """Predictive ``Normal`` at ``xq`` (B, N_t, 1) given ``xc``, ``yc`` (B, N_c, 1); its
+        ``loc`` and ``scale`` have shape (B, N_t, 1)."""
         lo = float(torch.minimum(xc.min(), xq.min())) - self.margin
         hi = float(torch.maximum(xc.max(), xq.max())) + self.margin
         grid = torch.linspace(lo, hi, int((hi - lo) * self.ppu) + 1, dtype=xc.dtype)
@@ -177,6 +179,8 @@ class NeuralProcessesConvCNP(nn.Module):
     def forward(
         self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor
     ) -> torch.distributions.Normal:
+        """Predictive ``Normal`` at ``xq`` (B, N_t, 1) given ``xc``, ``yc`` (B, N_c, 1), computed
+        by ``neuralprocesses`` in float32; ``loc`` and ``scale`` of shape (B, N_t, 1)."""
         t = lambda a: a.float().transpose(1, 2)  # noqa: E731
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -273,6 +273,12 @@ class SFConvCNP(nn.Module):
     def forward(
         self, xc: torch.Tensor, yc: torch.Tensor, xq: torch.Tensor
     ) -> torch.distributions.Normal:
+        """Predictive distribution at the query points.
+
+        ``xc`` (B, N_c, dim_x) and ``yc`` (B, N_c, dim_y) are the context set, ``xq``
+        (B, N_t, dim_x) the query inputs; returns a ``Normal`` whose ``loc`` and ``scale`` have
+        shape (B, N_t, dim_y) (independent per point and output dimension).
+        """
         self._check(xc, yc, xq)
         dt = self.y_encoder[0].weight.dtype
         xc, yc, xq = xc.to(dt).contiguous(), yc.to(dt), xq.to(dt).contiguous()

@@ -569,6 +569,11 @@ class SetFourierConv(nn.Module):
         xkv: torch.Tensor,
         plan: NUDFTPlan | None = None,
     ) -> torch.Tensor:
+        """Features ``zv`` (B, N, C) at ``xkv`` (B, N, d) -> outputs (B, M, O) at ``xq`` (B, M, d).
+
+        ``plan`` (a :class:`NUDFTPlan` over the same points) re-uses the transforms' phases
+        across layers; without it one is built for this call.
+        """
         y = self._evaluate(zv, xq, xkv, plan)
         if self.output_mixing is not None:
             y = self.output_mixing(y)
@@ -618,6 +623,8 @@ class SetFourierVolterraConv(SetFourierConv):
         xkv: torch.Tensor,
         plan: NUDFTPlan | None = None,
     ) -> torch.Tensor:
+        """As :meth:`SetFourierConv.forward`: (B, N, C) at ``xkv`` -> (B, M, O) at ``xq``, with
+        the second-order term ``Linear([a_r * b_r])`` added when ``order == 2``."""
         y = self._evaluate(zv, xq, xkv, plan)
         if self.quadratic_mix is not None:
             B, M, _ = y.shape
@@ -701,6 +708,8 @@ class SetFourierConvBlock(nn.Module):
         xkv: torch.Tensor,
         plan: NUDFTPlan | None = None,
     ) -> torch.Tensor:
+        """Update the query embeddings ``zq`` (B, M, C) at ``xq`` (B, M, d) from the key/value
+        embeddings ``zkv`` (B, N, C) at ``xkv`` (B, N, d); returns (B, M, C)."""
         if self.norm_first:
             zq = zq + self.dropout(self.conv(self.norm1(zkv), xq, xkv, plan))
             return zq + self.ff(self.norm2(zq))

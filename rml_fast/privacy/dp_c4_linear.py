@@ -308,6 +308,12 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
     _loss = "logistic"
 
     def fit(self, X: Any, y: Any) -> DPC4Classifier:
+        """Train privately on ``X`` (n, n_features) and labels ``y`` (n,) of at least 2 classes.
+
+        Calibrates ``sigma_eff`` to ``(epsilon, delta)`` with the PLD accountant (unless
+        ``noise_multiplier`` is given), runs ``T`` Poisson-sampled DP-C4 (or DP-SGD) steps and
+        sets ``coef_``, ``intercept_``, ``classes_`` and the privacy attributes. Returns self.
+        """
         X = check_array(X, "X", ndim=2)
         y = np.asarray(y)
         if y.shape != (X.shape[0],):
@@ -330,6 +336,7 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         return self._decision(X)
 
     def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities of shape (n, n_classes), columns in the order of ``classes_``."""
         z = self._decision(X)
         if z.ndim == 2:
             return _softmax(z)
@@ -337,6 +344,7 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         return np.stack([1 - p, p], axis=1)
 
     def predict(self, X: Any) -> np.ndarray:
+        """The most probable class of each row, shape (n,), values from ``classes_``."""
         z = self._decision(X)
         if z.ndim == 2:
             return self.classes_[z.argmax(axis=1)]
@@ -362,6 +370,10 @@ class DPC4Regressor(RegressorMixin, _DPC4Linear):
     _loss = "squared"
 
     def fit(self, X: Any, y: Any) -> DPC4Regressor:
+        """Train privately on ``X`` (n, n_features) and targets ``y`` (n,); returns self.
+
+        Calibration, steps and attributes as :meth:`DPC4Classifier.fit` (no ``classes_``).
+        """
         X = check_array(X, "X", ndim=2)
         y = check_array(y, "y", ndim=1)
         if y.shape[0] != X.shape[0]:
@@ -370,4 +382,5 @@ class DPC4Regressor(RegressorMixin, _DPC4Linear):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
+        """Predictions ``X @ coef_ + intercept_``, shape (n,)."""
         return self._decision(X)

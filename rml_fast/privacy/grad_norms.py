@@ -55,6 +55,7 @@ class GemmForm:
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
+        """The parameters this form covers: ``(weight,)`` or ``(weight, bias)``."""
         return (self.weight,) if self.bias is None else (self.weight, self.bias)
 
     @property
@@ -75,6 +76,7 @@ class EmbeddingForm:
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
+        """The parameters this form covers: ``(weight,)``."""
         return (self.weight,)
 
 
@@ -86,6 +88,7 @@ class SampleForm:
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
+        """The parameters this form covers, in the order of ``grads``."""
         return tuple(self.grads)
 
 
@@ -114,6 +117,7 @@ class ConvForm:
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
+        """The trainable parameters this form covers: ``weight`` and ``bias`` where trainable."""
         return tuple(p for p in (self.weight, self.bias) if _trainable(p))
 
     @property
@@ -188,6 +192,7 @@ class LayerRules:
         return deco
 
     def supports(self, module: nn.Module) -> bool:
+        """Whether a rule is registered for ``type(module)`` exactly (subclasses do not match)."""
         return type(module) in self._rules
 
     def lookup(self, module: nn.Module, name: str = "") -> Rule:
@@ -204,6 +209,7 @@ class LayerRules:
 
     @property
     def types(self) -> tuple[type[nn.Module], ...]:
+        """The layer types with a registered rule, in registration order."""
         return tuple(self._rules)
 
 

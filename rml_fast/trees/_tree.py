@@ -57,6 +57,9 @@ class FallingTree:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], tau: float = 0.5) -> FallingTree:
+        """From a dict with keys ``feature``, ``orient``, ``priority``, ``second``, ``risk``
+        (sequences of length n_nodes) and ``objective`` (as ``GraviTreeResult.tree(i)`` returns);
+        the arrays are copied to the attribute dtypes and made read-only."""
         arrays = {
             "feature": np.asarray(d["feature"], dtype=np.int32),
             "orient": np.asarray(d["orient"], dtype=np.int8),
@@ -77,6 +80,7 @@ class FallingTree:
 
     @property
     def n_leaves(self) -> int:
+        """Number of leaves."""
         return int((self.feature < 0).sum())
 
     @property
@@ -86,6 +90,7 @@ class FallingTree:
 
     @property
     def is_falling(self) -> bool:
+        """Whether the leaf risks are non-increasing in prioritisation order."""
         r = self.leaf_risks
         return bool(np.all(r[:-1] >= r[1:]))
 
