@@ -285,6 +285,42 @@ def test_bad_inputs_raise() -> None:
         )
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("backend", ["native", "nufft", "reference", "auto"])
+def test_non_finite_inputs_raise(bad: float, backend: str) -> None:
+    g = GRIDS["1d"]()
+    x, v = _points(2, 5, 1), _randn(2, 5, 3)
+    xb, vb = x.clone(), v.clone()
+    xb[1, 3, 0], vb[0, 2, 1] = bad, bad
+    for args, name in [((xb, v), "x"), ((x, vb), "v"), ((x, vb.to(torch.complex128)), "v")]:
+        with pytest.raises(ValueError, match=rf"^{name} must be finite.*index \("):
+            nudft_type1(*args, g, backend=backend)
+    coeffs = _randn(2, g.n_freq, 1).to(torch.complex128)
+    cb = coeffs.clone()
+    cb[1, 4, 0] = bad
+    with pytest.raises(ValueError, match=r"^x must be finite"):
+        nudft_type2_hermitian(coeffs, xb, g, backend=backend)
+    with pytest.raises(ValueError, match=r"^coeffs must be finite"):
+        nudft_type2_hermitian(cb, x, g, backend=backend)
+    w = torch.ones(g.n_freq, dtype=torch.float64)
+    w[7] = bad
+    with pytest.raises(ValueError, match=r"^weights must be finite"):
+        nudft_type2(x, coeffs, g, w, backend=backend)
+    with pytest.raises(ValueError, match=r"^x_kv must be finite"):
+        NUDFTPlan(g, xb, x, backend=backend)
+    with pytest.raises(ValueError, match=r"^x_q must be finite"):
+        NUDFTPlan(g, x, xb, backend=backend)
+
+
+def test_finite_check_has_no_false_positive_on_overflowing_sum() -> None:
+    # float32 values whose sum overflows to inf are still finite and accepted
+    g = GRIDS["1d"]()
+    x = _points(1, 4, 1, dtype=torch.float32)
+    v = torch.full((1, 4, 1), 3e38, dtype=torch.float32)
+    Z, _ = nudft_type1(x, v, g, backend="reference")
+    assert Z.shape == (1, g.n_freq, 1)
+
+
 # --- finufft as an independent peer ------------------------------------------------------------------
 
 
