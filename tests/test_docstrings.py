@@ -1,4 +1,4 @@
-"""Every public callable of rml_fast has a docstring of its own.
+"""Every public callable of rml_fast has a docstring of its own, and docstring examples run.
 
 Public modules are those of ``rml_fast`` whose dotted path has no component starting with
 ``_``. A module's public names are its ``__all__`` where defined, otherwise the names without a
@@ -14,10 +14,13 @@ placeholder that ``dataclasses`` / ``NamedTuple`` write (``Name(field, ...)``).
 
 from __future__ import annotations
 
+import doctest
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +161,48 @@ def test_docs_of_generated_inherited_and_overridden_members():
     Base.__module__ = "rml_fast.fake"
     assert _member_doc(Child, "fit") == "Fit."  # the contract documented in a package base class
     assert dict(_members(Child)) == {"fit": "Fit."}
+
+
+# --- the examples in the docstrings run -------------------------------------------------------
+
+# run by their own area's tests (tests/interp/test_doctests.py, tests/trees/test_falling.py)
+_DOCTESTED_ELSEWHERE = {
+    "rml_fast.models",
+    "rml_fast.models.transformer",
+    "rml_fast.interp.edge_graph",
+    "rml_fast.interp.circuit_metrics",
+    "rml_fast.interp.circuit_eval",
+    "rml_fast.interp.attribution",
+    "rml_fast.interp.query_circuits",
+    "rml_fast.kernels.circuits",
+    "rml_fast.trees.binarize",
+    "rml_fast.trees.falling",
+    "rml_fast.kernels.gravitree",
+    "rml_fast.datasets.tabular",
+}
+
+
+def _has_examples(module_name: str) -> bool:
+    spec = importlib.util.find_spec(module_name)
+    return bool(spec and spec.origin) and ">>> " in Path(spec.origin).read_text(encoding="utf-8")
+
+
+DOCTEST_MODULES = [m for m in MODULES if m not in _DOCTESTED_ELSEWHERE and _has_examples(m)]
+
+
+@pytest.fixture
+def one_torch_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("module_name", DOCTEST_MODULES)
+def test_docstring_examples(module_name, one_torch_thread, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an example may write files
+    module = importlib.import_module(module_name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0, result
