@@ -272,3 +272,31 @@ def test_inline_commands_exist():
                 for tokens, _ in _commands(cmd):
                     checked += _check_command(tokens, f"{page.relative_to(ROOT)}:{n}")
     assert checked >= 3, checked
+
+
+def test_command_checks_reject_what_does_not_exist():
+    """The checkers above fail on a missing subcommand, option, script or module."""
+    assert _check_command(["rml-fast", "bench", "--quick"], "ok")
+    for bad in (
+        ["rml-fast", "frobnicate"],
+        ["rml-fast", "bench", "--no-such-option"],
+        ["python", "benchmarks/bench_nothing.py"],
+        ["python", "-m", "rml_fast.no_such_module"],
+    ):
+        with pytest.raises(AssertionError):
+            _check_command(bad, "bad")
+    assert not _check_command(["pip", "install", "x"], "other")
+
+
+def test_markers_are_parsed(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n\n<!-- doctest: slow, skip-no-cuda -->\n```python\nx = 1\n```\n\n```bash\nls\n```\n",
+        encoding="utf-8",
+    )
+    blocks = parse_blocks(page)
+    assert [(b.lang, b.line, b.flags) for b in blocks] == [
+        ("python", 4, frozenset({"slow", "skip-no-cuda"})),
+        ("bash", 8, frozenset()),
+    ]
+    assert blocks[0].code == "x = 1\n"
