@@ -46,6 +46,7 @@ from rml_fast.privacy.clipping import (
     _deprecated,
     _loss_of,
     _required_positional,
+    all_finite,
     check_finite_batch,
     clip_factors,
 )
@@ -512,7 +513,7 @@ class DPC4Optimizer(torch.optim.Optimizer):
         except NonFiniteGradientError as exc:
             for p in params:  # nothing of a failed step stays behind
                 p.grad = None
-            if not all(bool(torch.isfinite(p).all()) for p in params):
+            if not all(all_finite(p.detach()) for p in params):
                 raise NonFiniteGradientError(
                     f"step {t} (0-based): the model's parameters are not finite (NaN or inf) "
                     f"before this step; they were set so outside the optimizer; {_KEPT}",
@@ -593,11 +594,10 @@ class DPC4Optimizer(torch.optim.Optimizer):
             )
         if self.memory == "recompute":
             _set_rng_state(after)
-        for p in params:  # finite per-sample norms, but the weighted sum may still overflow
-            if not bool(torch.isfinite(p.grad).all()):
-                raise NonFiniteGradientError(
-                    f"{where}the clipped, noised sum of the per-sample gradients is not finite "
-                    f"(an overflow); {_KEPT}", step=t)
+        if not all(all_finite(p.grad) for p in params):  # finite norms; a sum may overflow
+            raise NonFiniteGradientError(
+                f"{where}the clipped, noised sum of the per-sample gradients is not finite "
+                f"(an overflow); {_KEPT}", step=t)
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
             for p in params:
                 if self.weight_decay != 0.0:
