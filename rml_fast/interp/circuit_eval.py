@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from rml_fast._validation import Interval, check_scalar
-from rml_fast.interp.circuit_metrics import LogitDiff
+from rml_fast.interp.circuit_metrics import LogitDiff, _resolve_pos
 from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
 from rml_fast.models.transformer import layer_norm
@@ -273,7 +273,7 @@ def evaluate_masks(
     cfg = model.cfg
     n_pos = clean.shape[1]
     fast = isinstance(metric, LogitDiff)
-    pos = metric.pos % n_pos if fast else n_pos - 1
+    pos = _resolve_pos(metric.pos, n_pos) if fast else n_pos - 1
     keep = pos + 1 if fast else n_pos  # causal: later positions cannot affect position pos
     with torch.no_grad():
         # the circuit run needs only the clean input embedding (every other source is recomputed)

@@ -26,6 +26,34 @@ def _ids(x: Any, name: str, batch: int, ndim: int) -> torch.Tensor:
     return t
 
 
+def _resolve_pos(pos: Any, n_pos: int) -> int:
+    """The non-negative index of answer position ``pos`` in a prompt of ``n_pos`` positions.
+
+    Python-style: ``-1`` is the last position; anything outside ``[-n_pos, n_pos)`` raises
+    ``ValueError`` naming ``pos`` (rather than wrapping around to another token).
+    """
+    if isinstance(pos, (bool, np.bool_)) or not isinstance(pos, (int, np.integer)):
+        raise TypeError(f"pos must be an int, got {type(pos).__name__}")
+    if not -n_pos <= int(pos) < n_pos:
+        raise ValueError(
+            f"pos must be in [-{n_pos}, {n_pos}) for a prompt of {n_pos} positions "
+            f"(negative counts from the end, -1 = last), got {int(pos)}"
+        )
+    return int(pos) % n_pos
+
+
+def _positions(pos: Any, batch: int, n_pos: int) -> torch.Tensor:
+    """``pos`` (int or (B,)) checked against ``[-n_pos, n_pos)`` and made non-negative."""
+    t = _ids(pos, "pos", batch, 1)
+    bad = (t < -n_pos) | (t >= n_pos)
+    if bool(bad.any()):
+        raise ValueError(
+            f"pos must be in [-{n_pos}, {n_pos}) for prompts of {n_pos} positions "
+            f"(negative counts from the end, -1 = last), got {sorted(set(t[bad].tolist()))}"
+        )
+    return t % n_pos
+
+
 def logit_diff(logits: torch.Tensor, pos: Any, pos_ids: Any, neg_ids: Any) -> torch.Tensor:
     """``L = logit[pos_id] - mean_{y in neg_ids} logit[y]`` at position ``pos`` of each row.
 
@@ -33,7 +61,8 @@ def logit_diff(logits: torch.Tensor, pos: Any, pos_ids: Any, neg_ids: Any) -> to
     ----------
     logits : Tensor of shape (B, P, V)
     pos : int or LongTensor of shape (B,)
-        Answer position per row (negative values count from the end).
+        Answer position per row, in ``[-P, P)``: Python-style, negative values count from the
+        end (``-1`` is the last position). Out of range raises ``ValueError``.
     pos_ids : int or LongTensor of shape (B,)
         The rewarded token.
     neg_ids : sequence of int of length K, or LongTensor of shape (B, K)
@@ -54,7 +83,7 @@ def logit_diff(logits: torch.Tensor, pos: Any, pos_ids: Any, neg_ids: Any) -> to
     if not isinstance(logits, torch.Tensor) or logits.ndim != 3:
         raise ValueError("logits must be a tensor of shape (B, P, V)")
     b, p, _ = logits.shape
-    pos_t = _ids(pos, "pos", b, 1) % p
+    pos_t = _positions(pos, b, p)
     pos_t = pos_t.to(logits.device)
     rows = logits[torch.arange(b, device=logits.device), pos_t]  # [B, V]
     return _diff(rows, _ids(pos_ids, "pos_ids", b, 1), _ids(neg_ids, "neg_ids", b, 2))
@@ -76,7 +105,9 @@ class LogitDiff:
     Parameters
     ----------
     pos : int
-        Answer position (negative counts from the end).
+        Answer position, Python-style: ``0 <= pos < P`` from the start, ``-P <= pos < 0``
+        from the end (``-1`` is the last position). A position outside ``[-P, P)`` of the
+        prompt the metric is applied to raises ``ValueError``.
     answer : int or sequence of int (one per row)
     wrong : sequence of int (shared) or sequence of sequences (one per row)
     """
@@ -84,6 +115,10 @@ class LogitDiff:
     pos: int
     answer: Any
     wrong: Any
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pos, (bool, np.bool_)) or not isinstance(self.pos, (int, np.integer)):
+            raise TypeError(f"pos must be an int, got {type(self.pos).__name__}")
 
     @classmethod
     def from_query(cls, query: Any) -> LogitDiff:

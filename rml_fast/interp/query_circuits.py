@@ -39,13 +39,21 @@ import torch
 from rml_fast._validation import Interval, check_rng, check_scalar
 from rml_fast.interp.attribution import eap_ig_scores
 from rml_fast.interp.circuit_eval import evaluate_masks
-from rml_fast.interp.circuit_metrics import LogitDiff, logit_diff, ndf, nfs, sizes_from_densities
+from rml_fast.interp.circuit_metrics import (
+    LogitDiff,
+    _resolve_pos,
+    logit_diff,
+    ndf,
+    nfs,
+    sizes_from_densities,
+)
 from rml_fast.interp.edge_graph import EdgeGraph
 
 logger = logging.getLogger(__name__)
 
 _SAMPLERS = ("para", "noise", "edge")
 _CONSTRUCT = ("topn", "greedy")
+_NDF_EPS = 1e-6  # ndf()'s default eps: |L(M(q)) - L(M(q'))| below it makes NDF NaN
 
 __all__ = [
     "EdgeGraph",
@@ -109,6 +117,42 @@ def sample_edge_masks(
         keys[0] = mag
     masks = graph.topn(keys.float(), n, absolute=False, prune=True)
     return masks.to(scores.device)
+
+
+def _check_reference(l_full: float, l_ref: float, ablation: str) -> None:
+    """Raise ValueError when NDF would be undefined (NaN) for every circuit of the query."""
+    ref = "L(M(q')) on corrupt" if ablation == "patching" else f"the fully {ablation}-ablated L"
+    if not (np.isfinite(l_full) and np.isfinite(l_ref)):
+        raise ValueError(
+            f"the metric must be finite on the query: L(M(q)) on clean = {l_full}, {ref} = {l_ref}"
+        )
+    if abs(l_full - l_ref) < _NDF_EPS:
+        raise ValueError(
+            f"NDF is undefined (NaN) for every circuit of this query: the metric gives "
+            f"L(M(q)) = {l_full:.6g} on clean and {ref} = {l_ref:.6g}, less than {_NDF_EPS:g} "
+            f"apart; check that corrupt changes the logits at the metric's answer position "
+            f"(metric.pos) and that answer and wrong differ"
+        )
+
+
+def _check_view_position(i: int, view_clean: Any, metric: Any, *, shared: bool, n_query: int) -> None:
+    """A LogitDiff's answer position must lie inside paraphrase view ``i`` (checked before any
+    scoring). A view that reuses the query's metric with a non-negative ``pos`` must have the
+    query's length: in a longer or shorter paraphrase that index is another token."""
+    if not isinstance(metric, LogitDiff) or not isinstance(view_clean, torch.Tensor):
+        return
+    n_view = view_clean.shape[-1]
+    if shared and metric.pos >= 0 and n_view != n_query:
+        raise ValueError(
+            f"views[{i}] has {n_view} positions and the query {n_query}: the shared metric's "
+            f"pos={metric.pos} would read another token there; pass the view as "
+            f"(clean, corrupt, metric) with its own answer position (e.g. "
+            f"LogitDiff.from_query(view)), or use a negative pos (-1 = last)"
+        )
+    try:
+        _resolve_pos(metric.pos, n_view)
+    except ValueError as exc:
+        raise ValueError(f"views[{i}]: {exc}") from None
 
 
 class QueryCircuitSearch:
@@ -229,12 +273,14 @@ class QueryCircuitSearch:
             if len(views) < n:
                 logger.warning("only %d paraphrase views for n_samples=%d", len(views), n)
             jobs = []
-            for v in list(views)[:n]:
+            for i, v in enumerate(list(views)[:n]):
                 if len(v) not in (2, 3):
                     raise ValueError(
                         "each view must be (clean, corrupt) or (clean, corrupt, metric)"
                     )
-                jobs.append((v[0], v[1], v[2] if len(v) == 3 else metric, 0.0, None))
+                m = v[2] if len(v) == 3 else metric
+                _check_view_position(i, v[0], m, shared=len(v) == 2, n_query=clean.shape[-1])
+                jobs.append((v[0], v[1], m, 0.0, None))
         out = []
         for c, k, m, sd, seed in tqdm(
             jobs, desc="EAP-IG views", disable=not self.progress, leave=False
@@ -280,6 +326,14 @@ class QueryCircuitSearch:
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            Before any scoring, if the answer position ``metric.pos`` is outside the prompt,
+            or if the query is degenerate: ``L(M(q))`` and the reference ``L(M(q'))`` (the
+            fully ablated model for zero/mean ablation) are non-finite or less than 1e-6
+            apart, which would make every NDF NaN.
         """
         graph = EdgeGraph.from_model(model)
         sizes = self._validate(graph)
@@ -287,6 +341,15 @@ class QueryCircuitSearch:
         with torch.no_grad():
             l_full = float(torch.as_tensor(metric(model(clean))).reshape(-1)[0])
             corr_logits = model(corrupt) if self.ablation == "patching" else None
+            if corr_logits is not None:
+                l_ref = float(torch.as_tensor(metric(corr_logits)).reshape(-1)[0])
+            else:  # the fully ablated model: one masked forward
+                none = torch.zeros_like(graph.real_edge_mask)[None]
+                l_ref = float(
+                    evaluate_masks(model, graph, clean, corrupt, none, metric,
+                                   ablation=self.ablation, backend=self.backend)[0]
+                )  # fmt: skip
+        _check_reference(l_full, l_ref, self.ablation)
         scores = self._score_views(model, graph, clean, corrupt, metric, views, gen)
         self._base_seed = int(gen.integers(2**62))
         cands = torch.stack([self._candidates(graph, scores, s, self._base_seed) for s in sizes])

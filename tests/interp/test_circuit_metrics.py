@@ -71,6 +71,27 @@ def test_logit_diff_matches_manual():
         logit_diff(logits[0], 0, 1, [0])
 
 
+def test_answer_position_is_python_style_and_range_checked():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 5, 7, generator=gen)
+    # -P .. -1 count from the end, exactly like indexing
+    for pos in (-5, -2, 0, 4):
+        torch.testing.assert_close(
+            logit_diff(logits, pos, 3, [1]), logits[:, pos, 3] - logits[:, pos, 1]
+        )
+    # past either end raises instead of wrapping around to another token
+    for pos in (5, 6, -6, torch.tensor([4, 5]), torch.tensor([-6, 0])):
+        with pytest.raises(ValueError, match=r"pos must be in \[-5, 5\)"):
+            logit_diff(logits, pos, 3, [1])
+        if isinstance(pos, int):
+            with pytest.raises(ValueError, match=r"pos must be in \[-5, 5\)"):
+                LogitDiff(pos, 3, (1,))(logits)
+    with pytest.raises(TypeError, match="pos"):
+        LogitDiff(1.5, 3, (1,))
+    with pytest.raises(TypeError, match="pos"):
+        LogitDiff(True, 3, (1,))
+
+
 def test_sizes_from_densities():
     assert sizes_from_densities(110, [0.01, 0.05, 1.0]) == [1, 6, 110]
     with pytest.raises(ValueError, match="densities"):

@@ -84,7 +84,8 @@ def ioi_query(ioi_small):
 def test_search_results_are_consistent(ioi_query, sampler, construct):
     model, task, q, metric = ioi_query
     g = EdgeGraph.from_model(model)
-    views = [(v.clean, v.corrupt) for v in task.paraphrases(q)]
+    # each paraphrase has its own length, so its own answer position
+    views = [(v.clean, v.corrupt, LogitDiff.from_query(v)) for v in task.paraphrases(q)]
     sizes = [5, 20, 60]
     search = QueryCircuitSearch(
         sizes, n_samples=4, sampler=sampler, construct=construct, random_state=0, progress=False
@@ -106,7 +107,7 @@ def test_search_results_are_consistent(ioi_query, sampler, construct):
 
 def test_samplers_views(ioi_query):
     model, task, q, metric = ioi_query
-    views = [(v.clean, v.corrupt) for v in task.paraphrases(q)]
+    views = [(v.clean, v.corrupt, LogitDiff.from_query(v)) for v in task.paraphrases(q)]
     para = QueryCircuitSearch(20, n_samples=3, sampler="para", progress=False)
     para.fit(model, q.clean, q.corrupt, metric, views=views)
     assert para.scores_.shape[0] == 3 and not torch.allclose(para.scores_[0], para.scores_[1])
@@ -124,6 +125,26 @@ def test_samplers_views(ioi_query):
     assert edge.ndf_ >= edge.ndf_all_[0, 0]
 
 
+def test_paraphrase_views_must_contain_the_answer_position(ioi_query):
+    model, task, q, metric = ioi_query
+    paras = task.paraphrases(q)
+    other = next(v for v in paras if v.clean.shape[1] != q.clean.shape[1])
+    search = QueryCircuitSearch(20, n_samples=2, sampler="para", progress=False)
+    # reusing the query's metric (pos = P - 1) in a view of another length used to read
+    # another token (or wrap around) without an error
+    with pytest.raises(ValueError, match=r"views\[1\] has \d+ positions.*own answer position"):
+        search.fit(model, q.clean, q.corrupt, metric, views=[(q.clean, q.corrupt), (other.clean, other.corrupt)])
+    # a view's own metric with an out-of-range position is named too
+    bad = LogitDiff(other.clean.shape[1], other.answer, other.wrong)
+    with pytest.raises(ValueError, match=r"views\[0\]: pos must be in"):
+        search.fit(model, q.clean, q.corrupt, metric, views=[(other.clean, other.corrupt, bad)])
+    assert not hasattr(search, "ndf_")
+    # -1 (last) is valid in every view
+    last = LogitDiff(-1, q.answer, q.wrong)
+    search.fit(model, q.clean, q.corrupt, last, views=[(v.clean, v.corrupt) for v in paras[:2]])
+    assert np.isfinite(search.ndf_)
+
+
 def test_sample_edge_masks():
     g = EdgeGraph.from_config(2, 4)
     gen = torch.Generator().manual_seed(0)
@@ -138,6 +159,52 @@ def test_sample_edge_masks():
     assert int(hot.any(0).sum()) > int(cold.any(0).sum())
     again = sample_edge_masks(g, scores, 10, 50, rng=0, include_topn=False)
     assert torch.equal(masks, again)
+
+
+def _tiny():
+    from rml_fast.models import TinyConfig
+
+    cfg = TinyConfig(n_layers=1, d_model=16, n_heads=2, d_vocab=10)
+    return TinyTransformer(cfg, seed=0), torch.tensor([[1, 2, 3]]), torch.tensor([[1, 4, 3]])
+
+
+def test_answer_position_past_the_end_raises():
+    # pos=3 on a 3-token prompt used to wrap to position 0 (identical in clean and corrupt),
+    # so every NDF came out NaN without an error
+    model, clean, corrupt = _tiny()
+    g = EdgeGraph.from_model(model)
+    search = QueryCircuitSearch(3, n_samples=2, sampler="edge", random_state=0, progress=False)
+    for pos in (3, -4):
+        with pytest.raises(ValueError, match=r"pos must be in \[-3, 3\)"):
+            search.fit(model, clean, corrupt, LogitDiff(pos, 2, (4,)))
+        with pytest.raises(ValueError, match=r"pos must be in \[-3, 3\)"):
+            evaluate_masks(model, g, clean, corrupt, g.real_edge_mask[None], LogitDiff(pos, 2, (4,)))
+    assert not hasattr(search, "ndf_")
+    # -3 is the first position, as in Python indexing
+    first = evaluate_masks(model, g, clean, corrupt, g.real_edge_mask[None], LogitDiff(-3, 2, (4,)))
+    torch.testing.assert_close(first, LogitDiff(0, 2, (4,))(model(clean)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("ablation", "same_prompt", "wrong"),
+    [("patching", True, (4,)), ("patching", False, (2,)), ("zero", False, (2,)),
+     ("mean", False, (2,))],
+)
+def test_degenerate_query_raises_instead_of_nan_ndf(ablation, same_prompt, wrong):
+    model, clean, corrupt = _tiny()
+    if same_prompt:  # L(M(q)) == L(M(q')): the NDF denominator is zero
+        corrupt = clean.clone()
+    if ablation == "mean":
+        corrupt = torch.cat([corrupt, clean])
+    search = QueryCircuitSearch(3, n_samples=2, sampler="edge", ablation=ablation,
+                                random_state=0, progress=False)
+    with pytest.raises(ValueError, match=r"NDF is undefined \(NaN\).*metric\.pos"):
+        search.fit(model, clean, corrupt, LogitDiff(-1, 2, wrong))  # wrong == (2,): L = 0
+    assert not hasattr(search, "ndf_")
+    # a non-degenerate query on the same model fits, with finite NDFs
+    if ablation != "mean":
+        search.fit(model, clean, torch.tensor([[1, 4, 3]]), LogitDiff(-1, 2, (4,)))
+        assert np.isfinite(search.ndf_all_).all()
 
 
 def test_invalid_parameters(ioi_query):
