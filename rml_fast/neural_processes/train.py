@@ -2,7 +2,8 @@
 
 :func:`train` runs AdamW with a cosine learning-rate schedule and gradient clipping (the
 reference recipe of arXiv 2606.01172: lr 5e-4 -> 1e-6, clip 0.5), shows progress, keeps the
-checkpoint of the best validation log-likelihood, and resumes from its last checkpoint; an
+checkpoint of the best validation log-likelihood, and resumes from its last checkpoint when
+the stored run configuration matches (otherwise it raises rather than mixing two runs); an
 interrupt (Ctrl-C) or a time limit stops it after saving, without losing finished epochs.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,12 +83,55 @@ class TrainResult:
     epochs_done : int
     stopped : str
         "finished", "time_limit" or "interrupted".
+    start_epoch : int
+        The epoch this call started from: 0 for a fresh run, ``> 0`` when it resumed from a
+        checkpoint (``start_epoch == epochs_done`` means it trained 0 steps).
     """
 
     history: list[dict[str, float]] = field(default_factory=list)
     best_val_loglik: float = -math.inf
     epochs_done: int = 0
     stopped: str = "finished"
+    start_epoch: int = 0
+
+
+def _run_config(
+    model: nn.Module, generator: TaskGenerator, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the model's class and state shapes/dtypes,
+    the optimisation settings and the generator's class and scalar settings (not its seed:
+    the task stream continues from the checkpointed rng state)."""
+    simple = (bool, int, float, str, tuple, type(None), torch.dtype)
+    gen = {
+        k: repr(v)
+        for k, v in sorted(vars(generator).items())
+        if k != "rng" and not k.startswith("_") and isinstance(v, simple)
+    }
+    return dict(
+        model=f"{type(model).__module__}.{type(model).__qualname__}",
+        state={k: (tuple(v.shape), str(v.dtype)) for k, v in model.state_dict().items()},
+        generator=f"{type(generator).__module__}.{type(generator).__qualname__}",
+        generator_settings=gen,
+        **settings,
+    )
+
+
+def _config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    out = []
+    for key in now:
+        a, b = saved.get(key), now[key]
+        if a == b:
+            continue
+        if key == "state":
+            a = a or {}
+            diff = [f"{k} {a[k]} vs {b[k]}" for k in b if k in a and a[k] != b[k]]
+            diff += [f"{k} only in this model" for k in b if k not in a]
+            diff += [f"{k} only in the checkpoint" for k in a if k not in b]
+            more = f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""
+            out.append("model state (checkpoint vs this model): " + "; ".join(diff[:3]) + more)
+        else:
+            out.append(f"{key}: checkpoint {a!r}, this call {b!r}")
+    return out
 
 
 def train(
@@ -124,8 +170,18 @@ def train(
     grad_clip : float or None, default=0.5
     checkpoint_dir : str or Path, optional
         Writes ``last.pt`` after each epoch and ``best.pt`` on a new best validation score.
+        ``last.pt`` also stores the run's configuration: the model's class and parameter /
+        buffer shapes and dtypes, ``epochs``, ``batches_per_epoch``, ``lr``, ``min_lr``,
+        ``weight_decay``, ``grad_clip`` and the generator's class and scalar settings.
     resume : bool, default=True
-        Continue from ``checkpoint_dir/last.pt`` if it exists.
+        If ``checkpoint_dir/last.pt`` exists, continue that run (model, optimiser, schedule
+        and the generator's rng state come from it, so an interrupted or time-limited run
+        finishes as if uninterrupted). Safe by default: a checkpoint whose stored
+        configuration differs from this call's (another ``lr``, model shape, ...), or that
+        has none, raises ``ValueError`` naming the differences before anything is loaded;
+        resuming a run that already finished loads it, trains 0 steps and warns
+        (``UserWarning``). ``False``: start a fresh run and overwrite ``last.pt`` (an old
+        ``best.pt`` is removed).
     time_limit : float, optional
         Stop (after saving) once this many seconds have passed; checked after every step.
     progress : bool, default=True
@@ -152,6 +208,7 @@ def train(
     bpe = int(check_scalar(batches_per_epoch, "batches_per_epoch", Interval("int", 1, None)))
     lr = float(check_scalar(lr, "lr", Interval("real", 0, None, "neither")))
     min_lr = float(check_scalar(min_lr, "min_lr", Interval("real", 0, lr)))
+    weight_decay = float(check_scalar(weight_decay, "weight_decay", Interval("real", 0, None)))
     if grad_clip is not None:
         grad_clip = float(
             check_scalar(grad_clip, "grad_clip", Interval("real", 0, None, "neither"))
@@ -168,12 +225,33 @@ def train(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total, eta_min=min_lr)
     result = TrainResult()
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    config = _run_config(
+        model,
+        generator,
+        dict(epochs=epochs, batches_per_epoch=bpe, lr=lr, min_lr=min_lr,
+             weight_decay=weight_decay, grad_clip=grad_clip),
+    )  # fmt: skip
     start_epoch = 0
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
         last = ckpt / "last.pt"
         if resume and last.exists():
             state = torch.load(last, weights_only=False)
+            if "config" not in state:
+                raise ValueError(
+                    f"checkpoint_dir {str(ckpt)!r} holds a checkpoint without a stored run "
+                    f"configuration (written by an older rml_fast), so resuming it cannot be "
+                    f"checked; pass resume=False to start a fresh run there (it overwrites "
+                    f"last.pt and best.pt) or use another checkpoint_dir"
+                )
+            diffs = _config_differences(state["config"], config)
+            if diffs:  # checked before anything is loaded: model and generator are untouched
+                raise ValueError(
+                    f"checkpoint_dir {str(ckpt)!r} holds a run with another configuration, so "
+                    f"it cannot be resumed: " + "; ".join(diffs) + ". Pass resume=False to "
+                    "start a fresh run there (it overwrites last.pt and best.pt) or use "
+                    "another checkpoint_dir"
+                )
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["optimizer"])
             sched.load_state_dict(state["scheduler"])
@@ -181,7 +259,19 @@ def train(
             result = state["result"]
             result.stopped = "finished"
             start_epoch = result.epochs_done
+            if start_epoch >= epochs:
+                warnings.warn(
+                    f"{last} already holds this finished run ({result.epochs_done} epochs): "
+                    f"its model was loaded and 0 steps were trained; pass resume=False to "
+                    f"train again from scratch",
+                    UserWarning,
+                    stacklevel=2,
+                )
             log.info("resumed from %s at epoch %d", last, start_epoch)
+        elif last.exists():
+            log.info("resume=False: starting a fresh run; %s will be overwritten", last)
+            (ckpt / "best.pt").unlink(missing_ok=True)  # the old run's, not this one's
+    result.start_epoch = start_epoch
 
     def save(best: bool) -> None:
         if ckpt is None:
@@ -192,6 +282,7 @@ def train(
             scheduler=sched.state_dict(),
             rng=generator.rng.bit_generator.state,
             result=result,
+            config=config,
         )
         tmp = ckpt / "last.pt.tmp"
         torch.save(state, tmp)

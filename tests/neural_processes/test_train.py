@@ -80,10 +80,71 @@ def test_checkpoint_resume_restores_everything(tmp_path) -> None:
     _, _, m2 = two_legs(tmp_path / "b", 7, 42)
     for (k, p1), p2 in zip(m.state_dict().items(), m2.state_dict().values(), strict=True):
         assert torch.allclose(p1, p2, atol=1e-6), k
-    # a finished run resumed again does nothing more
-    r3 = train(m, GPGenerator(batch_size=2, rng=1), checkpoint_dir=tmp_path / "a", **kw)
-    assert r3.epochs_done == 3
+    assert r2.start_epoch == 1
+    # a finished run resumed again trains nothing more, and says so
+    with pytest.warns(UserWarning, match="0 steps were trained"):
+        r3 = train(m, GPGenerator(batch_size=2, rng=1), checkpoint_dir=tmp_path / "a", **kw)
+    assert r3.epochs_done == 3 == r3.start_epoch
     assert len(r3.history) == 3
+
+
+def _finished_run(ckpt, **over):
+    kw = dict(epochs=1, batches_per_epoch=2, progress=False, lr=1e-3, checkpoint_dir=ckpt)
+    kw.update(over)
+    return train(_tiny(), GPGenerator(batch_size=2, rng=1), **kw)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (dict(lr=2e-3), r"lr: checkpoint 0\.001, this call 0\.002"),
+        (dict(epochs=2), r"epochs: checkpoint 1, this call 2"),
+        (dict(grad_clip=None), r"grad_clip: checkpoint 0\.5, this call None"),
+    ],
+)
+def test_resume_refuses_another_configuration(tmp_path, change, match) -> None:
+    # re-running with another lr used to train 0 steps and return the old model silently
+    _finished_run(tmp_path)
+    model, gen = _tiny(seed=3), GPGenerator(batch_size=2, rng=7)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng_before = gen.rng.bit_generator.state
+    kw = dict(epochs=1, batches_per_epoch=2, progress=False, lr=1e-3, checkpoint_dir=tmp_path)
+    kw.update(change)
+    with pytest.raises(ValueError, match=match) as err:
+        train(model, gen, **kw)
+    assert "resume=False" in str(err.value)
+    # nothing was loaded into the model or the generator
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert gen.rng.bit_generator.state == rng_before
+
+
+def test_resume_refuses_another_architecture(tmp_path) -> None:
+    # used to fail inside load_state_dict with a raw size-mismatch error
+    _finished_run(tmp_path)
+    wider = SFConvCNP(embed_channels=16, feedforward_channels=8, num_layers=1, groups=2,
+                      max_freq=2.0, freq_resolution=0.2)
+    with pytest.raises(ValueError, match=r"another configuration.*model state"):
+        train(wider, GPGenerator(batch_size=2, rng=1), epochs=1, batches_per_epoch=2,
+              progress=False, lr=1e-3, checkpoint_dir=tmp_path)
+
+
+def test_resume_false_starts_fresh_and_old_checkpoints_are_refused(tmp_path) -> None:
+    val = GPGenerator(batch_size=2, num_target=8, rng=5).batches(1)
+    _finished_run(tmp_path, val_batches=val)
+    assert (tmp_path / "best.pt").exists()
+    res = _finished_run(tmp_path, lr=2e-3, epochs=2, resume=False)
+    assert (res.start_epoch, res.epochs_done, len(res.history)) == (0, 2, 2)
+    assert not (tmp_path / "best.pt").exists()  # the old run's best model is not left behind
+    # the new run is the one stored now: resuming it with its own settings is allowed
+    with pytest.warns(UserWarning, match="finished run"):
+        again = _finished_run(tmp_path, lr=2e-3, epochs=2)
+    assert again.start_epoch == 2
+    # a checkpoint written without a configuration (older versions) is not resumed blindly
+    state = torch.load(tmp_path / "last.pt", weights_only=False)
+    del state["config"]
+    torch.save(state, tmp_path / "last.pt")
+    with pytest.raises(ValueError, match="without a stored run configuration"):
+        _finished_run(tmp_path, lr=2e-3, epochs=2)
 
 
 def test_train_rejects_bad_arguments() -> None:
