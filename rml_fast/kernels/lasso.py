@@ -39,11 +39,13 @@ sparse models with skglm", NeurIPS 2022 (arXiv:2204.07826).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from rml_fast._validation import Interval, check_array, check_scalar
+from rml_fast.exceptions import ConvergenceWarning
 from rml_fast.kernels._dispatch import Device, Kernel, device_of, resolve_device
 
 __all__ = [
@@ -77,6 +79,10 @@ class LassoPath(NamedTuple):
         Native backend: correlations ``x_j^T r`` computed, divided by ``m`` (the number of
         full passes over ``D`` the penalty cost; the first round of a penalty reuses the
         correlations of the last round of the previous one). None on the other backends.
+    converged : ndarray of shape (L, B) or (L,), bool
+        ``gaps <= tol * ||y_b||^2 / (2n)``: the solution meets the requested tolerance. Where
+        it is False the solver ran out of ``max_epochs`` first, and :func:`lasso_path` has
+        warned (:class:`rml_fast.exceptions.ConvergenceWarning`).
     """
 
     coefs: Any
@@ -84,14 +90,17 @@ class LassoPath(NamedTuple):
     n_epochs: Any
     lambdas: np.ndarray
     n_passes: Any = None
+    converged: Any = None
 
 
 class LassoResult(NamedTuple):
-    """Result of :func:`lasso`: ``coef`` of shape (m,) or (B, m), ``gap`` and ``n_epochs``."""
+    """Result of :func:`lasso`: ``coef`` of shape (m,) or (B, m), ``gap``, ``n_epochs`` and
+    ``converged`` (bool or bool array of shape (B,), see :class:`LassoPath`)."""
 
     coef: Any
     gap: Any
     n_epochs: Any
+    converged: Any = None
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -302,8 +311,10 @@ def lasso_path(
     """
     dev = device_of(D)
     if dev.is_torch and (dev.kind == "cuda" or backend == "triton"):
-        return _path(D, Y, lambdas, tol=tol, max_epochs=max_epochs, screening=screening,
-                     device=dev, backend=backend)
+        res = _path(D, Y, lambdas, tol=tol, max_epochs=max_epochs, screening=screening,
+                    device=dev, backend=backend)
+        _warn_unconverged(res, tol, max_epochs)
+        return res
     if dev.is_torch:
         D = D.detach().cpu().numpy()
         Y = Y.detach().cpu().numpy() if hasattr(Y, "detach") else Y
@@ -325,8 +336,11 @@ def lasso_path(
         D, Y2, lam, nrm2, w0, opts, bool(working_set), int(n_threads or 0),
         device=resolve_device(None), backend=backend,
     )
-    return _assemble(indices, values, indptr, gaps, epochs, lam, D.shape[1], Y2.shape[1], D.dtype,
-                     one_d, sparse, passes[0] if passes else None)
+    res = _assemble(indices, values, indptr, gaps, epochs, lam, D.shape[1], Y2.shape[1], D.dtype,
+                    one_d, sparse, passes[0] if passes else None,
+                    converged=_converged(gaps, Y2, opts["tol"]))
+    _warn_unconverged(res, opts["tol"], opts["max_epochs"])
+    return res
 
 
 def lasso(D: Any, y: Any, lam: float, **kwargs: Any) -> LassoResult:
@@ -356,10 +370,10 @@ def lasso(D: Any, y: Any, lam: float, **kwargs: Any) -> LassoResult:
     lam = check_scalar(lam, "lam", Interval("real", 0, None, "neither"))
     res = lasso_path(D, y, [lam], **kwargs)
     coef = res.coefs[0]
-    gap, ep = res.gaps[0], res.n_epochs[0]
+    gap, ep, conv = res.gaps[0], res.n_epochs[0], res.converged[0]
     if np.ndim(gap) == 0:
-        gap, ep = float(gap), int(ep)
-    return LassoResult(coef, gap, ep)
+        gap, ep, conv = float(gap), int(ep), bool(conv)
+    return LassoResult(coef, gap, ep, conv)
 
 
 def ridge_refit(D: Any, y: Any, support: Any, mu: float) -> np.ndarray:
@@ -416,8 +430,33 @@ def ridge_refit(D: Any, y: Any, support: Any, mu: float) -> np.ndarray:
 # --- result assembly ------------------------------------------------------------------------
 
 
+def _converged(gaps: np.ndarray, Y2: np.ndarray, tol: float) -> np.ndarray:
+    """``gaps (L, B) <= tol ||y_b||^2 / (2n)`` (the solvers' stopping rule; the slack covers
+    another summation order of ``||y_b||^2``)."""
+    Yd = Y2.astype(np.float64, copy=False)
+    tol_abs = tol * np.einsum("ij,ij->j", Yd, Yd) / (2 * Y2.shape[0])
+    return np.asarray(gaps) <= tol_abs[None, :] * (1 + 1e-9)
+
+
+def _warn_unconverged(res: LassoPath, tol: float, max_epochs: int) -> None:
+    conv = np.asarray(res.converged)
+    if conv.all():
+        return
+    gaps = np.asarray(res.gaps, dtype=np.float64).reshape(conv.shape[0], -1)
+    bad = ~conv.reshape(gaps.shape)
+    ell = int(np.argmax(np.where(bad, gaps, -np.inf).max(axis=1)))
+    warnings.warn(
+        f"lasso_path: {int(bad.sum())} of {bad.size} (penalty, right-hand side) problems "
+        f"stopped at max_epochs={max_epochs} before reaching tol={tol:g}; the largest duality "
+        f"gap left is {gaps[bad].max():.3g} (at lambdas[{ell}]={res.lambdas[ell]:.4g}). Raise "
+        "max_epochs or tol; LassoPath.converged says which problems are affected.",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
+
+
 def _assemble(indices, values, indptr, gaps, epochs, lam, m, B, dtype, one_d, sparse,
-              passes=None) -> LassoPath:
+              passes=None, converged=None) -> LassoPath:
     L = lam.shape[0]
     if sparse:
         import scipy.sparse
@@ -441,7 +480,8 @@ def _assemble(indices, values, indptr, gaps, epochs, lam, m, B, dtype, one_d, sp
     if one_d:
         gaps, epochs = gaps[:, 0], epochs[:, 0]
         passes = None if passes is None else passes[:, 0]
-    return LassoPath(coefs, gaps, epochs, lam, passes)
+        converged = None if converged is None else converged[:, 0]
+    return LassoPath(coefs, gaps, epochs, lam, passes, converged)
 
 
 # --- backends ---------------------------------------------------------------------------------
@@ -501,7 +541,10 @@ def lasso_path_reference(
     nrm2 = _col_norm2(D, col_norm2)
     w0 = _check_warm(warm_start, Y2.shape[1], D.shape[1], one_d)
     out = _path_ref(D, Y2, lam, nrm2, w0, opts, True, 0, device=resolve_device(None))
-    return _assemble(*out, lam, D.shape[1], Y2.shape[1], D.dtype, one_d, sparse)
+    res = _assemble(*out, lam, D.shape[1], Y2.shape[1], D.dtype, one_d, sparse,
+                    converged=_converged(out[3], Y2, opts["tol"]))
+    _warn_unconverged(res, opts["tol"], opts["max_epochs"])
+    return res
 
 
 def _gap(X, y, w, r, lam, n, active):

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+from rml_fast.exceptions import ConvergenceWarning
 from rml_fast.kernels.lasso import (
     lambda_grid,
     lambda_max,
@@ -243,10 +244,12 @@ def test_sparse_output_and_warm_start():
 
 def test_max_epochs_zero_returns_start_and_positive_gap():
     D, y = make_problem(seed=10)
-    res = lasso_path(D, y, [lambda_max(D, y) / 10], max_epochs=0)
+    with pytest.warns(ConvergenceWarning, match=r"1 of 1 .* max_epochs=0 .* tol=1e-06"):
+        res = lasso_path(D, y, [lambda_max(D, y) / 10], max_epochs=0)
     assert np.all(res.coefs == 0)
     assert res.gaps[0] > 0
     assert res.n_epochs[0] == 0
+    assert res.converged.tolist() == [False]
 
 
 def test_inputs_not_mutated():

@@ -54,7 +54,7 @@ def _dtr_gemm_absmax_kernel(
         d = tl.load(
             D_ptr + offs_k[:, None] * stride_dn + offs_m[None, :] * stride_dm,
             mask=(offs_k[:, None] < n) & (offs_m[None, :] < m), other=0.0,
-        )
+        ).to(R_ptr.dtype.element_ty)
         r = tl.load(
             R_ptr + offs_k[:, None] * stride_rn + offs_b[None, :] * stride_rb,
             mask=(offs_k[:, None] < n) & (offs_b[None, :] < B), other=0.0,
@@ -94,12 +94,16 @@ def _soft_threshold_update_kernel(
 
 
 def dtr_gemm_absmax(D: torch.Tensor, R: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``C = scale * D^T R`` of shape (m, B) and ``max_j |C[j, b]|`` of shape (B,)."""
+    """``C = scale * D^T R`` of shape (m, B) and ``max_j |C[j, b]|`` of shape (B,).
+
+    ``C`` has the dtype of ``R``: a float32 ``D`` with a float64 ``R`` is widened tile by tile
+    and accumulated in float64 (the certified duality gap); otherwise the dtypes match.
+    """
     n, m = D.shape
     B = R.shape[1]
-    C = torch.empty((m, B), dtype=D.dtype, device=D.device)
+    C = torch.empty((m, B), dtype=R.dtype, device=D.device)
     n_mb = triton.cdiv(m, _BLOCK_M)
-    P = torch.empty((n_mb, B), dtype=D.dtype, device=D.device)
+    P = torch.empty((n_mb, B), dtype=R.dtype, device=D.device)
     grid = (n_mb, triton.cdiv(B, _BLOCK_B))
     _dtr_gemm_absmax_kernel[grid](
         D, R, C, P, n, m, B, D.stride(0), D.stride(1), R.stride(0), R.stride(1), C.stride(0),
@@ -120,16 +124,34 @@ def soft_threshold_update(Z, C, W, keep, lam, beta, active, step):
     return Wn, Zn
 
 
-def _gap(D, Y, W, lam, n, ynorm2):
-    R = Y - D @ W
+def _residual64(D: torch.Tensor, Y64: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``Y - D W`` in float64 over the rows of ``W`` (m, B) that hold a nonzero.
+
+    The products of float32 entries are exact in float64, so this is the residual of the
+    coefficients as stored, to float64 rounding, whatever the dtype of ``D``.
+    """
+    rows = torch.nonzero(W.ne(0).any(dim=1)).flatten()
+    if rows.numel() == 0:
+        return Y64.clone()
+    return Y64 - D[:, rows].double() @ W[rows].double()
+
+
+def _gap64(D, Y64, W, lam64, n):
+    """Duality gap (float64) of ``W`` (m, B) on the columns of ``D``; also ``D^T R`` and the
+    dual scaling ``s = max(n lam, ||D^T R||_inf)`` (both float64, shape (m, B) and (B,))."""
+    R = _residual64(D, Y64, W)
     C, amax = dtr_gemm_absmax(D, R, 1.0)
-    nl = n * lam
-    s = torch.clamp(amax, min=nl)
+    s = torch.clamp(amax, min=n * lam64)
     rr = (R * R).sum(0)
-    ry = (R * Y).sum(0)
-    primal = rr / (2 * n) + lam * W.abs().sum(0)
-    dual = lam * ry / s - n * lam * lam * rr / (2 * s * s)
+    primal = rr / (2 * n) + lam64 * W.double().abs().sum(0)
+    dual = lam64 * (R * Y64).sum(0) / s - n * lam64 * lam64 * rr / (2 * s * s)
     return torch.clamp(primal - dual, min=0.0), C, s
+
+
+# Relative slack of the gap-safe test: the correlations and the gap are float64 values of the
+# stored iterate, exact to ~1e-15; the slack keeps rounding from ever dropping a feature of
+# the support (|x_j^T theta*| = 1 there).
+_SCREEN_SLACK = 1e-9
 
 
 def fista_path(
@@ -144,6 +166,14 @@ def fista_path(
 ) -> Any:
     """Lasso path for a batch of right-hand sides by FISTA (see the module docstring).
 
+    The iterations run in the dtype of ``D``; every duality gap (the stopping rule, the
+    screening radius and the reported ``gaps``) is computed in float64 from the stored
+    coefficients, so a float32 solve is certified, not estimated. Gap-safe screening acts
+    only on problems that are still running (a converged problem is never altered), and the
+    gap of each returned solution is recomputed over all ``m`` columns of ``D``: if the
+    screened problem met the tolerance but the full one does not, the solver resumes on all
+    columns with the iterations it has left.
+
     Parameters
     ----------
     D : torch.Tensor of shape (n, m), float32 or float64, CUDA (or CPU under TRITON_INTERPRET=1)
@@ -156,11 +186,14 @@ def fista_path(
         FISTA iterations per penalty.
     screening : bool
         Gap-safe sphere screening.
+    check_every : int
+        Iterations between gap evaluations.
 
     Returns
     -------
     result : rml_fast.kernels.lasso.LassoPath
-        ``coefs`` torch (L, B, m) (or (L, m)), ``gaps`` and ``n_epochs`` (iterations) NumPy.
+        ``coefs`` torch (L, B, m) (or (L, m)); ``gaps`` (float64, over all columns),
+        ``n_epochs`` (iterations) and ``converged`` (``gaps <= tol ||y_b||^2 / (2n)``) NumPy.
     """
     from rml_fast.kernels.lasso import LassoPath
 
@@ -179,38 +212,68 @@ def fista_path(
         raise ValueError("lambdas must be non-increasing (a path runs from large to small)")
     if tol < 0 or max_iter < 0:
         raise ValueError("tol and max_iter must be non-negative")
+    if int(check_every) < 1:
+        raise ValueError(f"check_every must be a positive integer, got {check_every!r}")
     one_d = Y.ndim == 1
     Y2 = (Y[:, None] if one_d else Y).contiguous()
     D = D.contiguous()
     n, m = D.shape
     B = Y2.shape[1]
     dev, dt = D.device, D.dtype
-    step = float(n / (torch.linalg.svdvals(D.double())[0].item() ** 2 * 1.0001))
-    norms = D.norm(dim=0)
-    ynorm2 = (Y2 * Y2).sum(0)
-    tol_abs = tol * ynorm2 / (2 * n)
+    Y64 = Y2.double()
+    sigma = torch.linalg.svdvals(D.double())[0].item()
+    step = float(n / (sigma**2 * 1.0001)) if sigma > 0 else 1.0
+    norms = D.double().norm(dim=0)
+    tol_abs = tol * (Y64 * Y64).sum(0) / (2 * n)
     W = torch.zeros((m, B), dtype=dt, device=dev)
     coefs = torch.zeros((lam_np.size, B, m), dtype=dt, device=dev)
     gaps = np.zeros((lam_np.size, B))
     iters = np.zeros((lam_np.size, B), dtype=np.int64)
     for ell, lam_f in enumerate(lam_np):
-        lam = torch.full((B,), lam_f, dtype=dt, device=dev)
+        W, gap, it_count = _solve_penalty(
+            D, Y2, Y64, W, float(lam_f), norms, tol_abs, step, max_iter, screening,
+            int(check_every),
+        )
+        coefs[ell] = W.T
+        gaps[ell] = gap.cpu().numpy()
+        iters[ell] = it_count.cpu().numpy()
+    converged = gaps <= tol_abs.cpu().numpy()[None, :]
+    if one_d:
+        return LassoPath(coefs[:, 0], gaps[:, 0], iters[:, 0], lam_np, None, converged[:, 0])
+    return LassoPath(coefs, gaps, iters, lam_np, None, converged)
+
+
+def _solve_penalty(D, Y2, Y64, W, lam_f, norms, tol_abs, step, max_iter, screening, check_every):
+    """One penalty of the path from the warm start ``W`` (m, B); returns the solution, its
+    float64 gap over all columns of ``D`` and the iterations each problem ran."""
+    n, m = D.shape
+    B = Y2.shape[1]
+    dev, dt = D.device, D.dtype
+    lam = torch.full((B,), lam_f, dtype=dt, device=dev)
+    lam64 = torch.full((B,), lam_f, dtype=torch.float64, device=dev)
+    it_count = torch.zeros(B, dtype=torch.int64, device=dev)
+    W = W.clone()
+    used = 0
+    while True:
         cols = torch.arange(m, device=dev)
-        Dc, Wc, normc = D, W.clone(), norms
+        Dc, Wc, normc = D, W, norms
         keep = torch.ones((m, B), dtype=torch.int8, device=dev)
         Z = Wc.clone()
         t = torch.ones(B, dtype=torch.float64, device=dev)
-        it_count = torch.zeros(B, dtype=torch.int64, device=dev)
-        gap = torch.zeros(B, dtype=dt, device=dev)
-        for it in range(max_iter + 1):
-            if it % check_every == 0 or it == max_iter:
-                gap, C, s = _gap(Dc, Y2, Wc, lam, n, ynorm2)
+        gap = torch.full((B,), float("inf"), dtype=torch.float64, device=dev)
+        active = torch.ones(B, dtype=torch.bool, device=dev)
+        for it in range(used, max_iter + 1):
+            if (it - used) % check_every == 0 or it == max_iter:
+                new_gap, C, s = _gap64(Dc, Y64, Wc, lam64, n)
+                gap = torch.where(active, new_gap, gap)  # a frozen problem keeps its gap
                 active = gap > tol_abs
                 if not bool(active.any()) or it == max_iter:
+                    used = it
                     break
                 if screening:
-                    rho = torch.sqrt(2 * gap / (n * lam * lam))
-                    drop = (C.abs() / s[None, :] + normc[:, None] * rho[None, :]) < 1
+                    rho = torch.sqrt(2 * gap / (n * lam64 * lam64))
+                    score = C.abs() / s[None, :] + normc[:, None] * rho[None, :]
+                    drop = (score < 1 - _SCREEN_SLACK) & active[None, :]
                     keep = keep * (~drop).to(torch.int8)
                     Wc = Wc * keep
                     Z = Z * keep
@@ -225,7 +288,7 @@ def fista_path(
             beta = ((t - 1) / t_new).to(dt)
             act8 = active.to(torch.int8)
             Wn, Zn = soft_threshold_update(Z, C, Wc, keep, lam, beta, act8, step)
-            restart = ((Z - Wn) * (Wn - Wc)).sum(0) > 0
+            restart = ((Z.double() - Wn.double()) * (Wn.double() - Wc.double())).sum(0) > 0
             if bool(restart.any()):
                 Zn[:, restart] = Wn[:, restart]
                 t_new = torch.where(restart, torch.ones_like(t_new), t_new)
@@ -234,12 +297,14 @@ def fista_path(
             Wc, Z = Wn, Zn
         W = torch.zeros((m, B), dtype=dt, device=dev)
         W[cols] = Wc
-        coefs[ell] = W.T
-        gaps[ell] = gap.double().cpu().numpy()
-        iters[ell] = it_count.cpu().numpy()
-    if one_d:
-        return LassoPath(coefs[:, 0], gaps[:, 0], iters[:, 0], lam_np)
-    return LassoPath(coefs, gaps, iters, lam_np)
+        if Dc.shape[1] == m:  # gaps already over all columns (zeroed ones included)
+            full_gap = gap
+        else:
+            full_gap, _, _ = _gap64(D, Y64, W, lam64, n)
+        if used >= max_iter or not bool((full_gap > tol_abs).any()):
+            return W, full_gap, it_count
+        # The screened problem met the tolerance but the full one did not: resume on all
+        # columns (only the problems above the tolerance move).
 
 
 __all__ = ["dtr_gemm_absmax", "fista_path", "soft_threshold_update"]
