@@ -24,8 +24,11 @@ numbers of points like the rest of the model; they equal the exact SetConv where
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -78,6 +81,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
         max_freq=4.8, freq_resolution=0.2, output_feature_mixing=True,
     ),
 }  # fmt: skip
+
+
+#: id of the model whose forward is running with its parameters cast to a wider input dtype
+#: (the inner call skips the checks and the promotion, which the outer call did)
+_PROMOTED_CALL: ContextVar[int | None] = ContextVar("sfconvcnp_promoted_call", default=None)
 
 
 def _mlp(din: int, dhid: int, dout: int) -> nn.Sequential:
@@ -233,6 +241,38 @@ class SFConvCNP(nn.Module):
             )
         if xq.shape[0] != xc.shape[0]:
             raise ValueError("xc and xq must have the same batch size")
+        for t, n in ((xc, "xc"), (yc, "yc"), (xq, "xq")):
+            if not t.is_floating_point():
+                raise TypeError(f"{n} must be a floating-point tensor, got {t.dtype}")
+
+    def _warn_if_periodic(self, xc: torch.Tensor, xq: torch.Tensor) -> None:
+        """Warn when a task's inputs span a period ``1 / freq_resolution`` or more on an axis.
+
+        The frequency grid has spacing ``dxi``, so every set-Fourier transform (hence the
+        model) is periodic with period ``T = 1 / dxi`` along that axis: inputs ``x`` and
+        ``x + T`` are the same point to the model, and predictions repeat with period ``T``.
+        """
+        parts = [t for t in (xc, xq) if t.shape[1] > 0]
+        if not parts:
+            return
+        with torch.no_grad():
+            lo = torch.stack([t.detach().amin(1) for t in parts]).amin(0)  # (B, d)
+            hi = torch.stack([t.detach().amax(1) for t in parts]).amax(0)
+            span = (hi - lo).amax(0).double().cpu()  # (d,) widest task per axis
+        period = self.grid.period
+        for axis, (s, p) in enumerate(zip(span.tolist(), period, strict=True)):
+            if s >= p:
+                warnings.warn(
+                    f"the context and target inputs of a task span {s:.4g} along axis {axis}, "
+                    f"at least the period {p:.4g} (= 1 / freq_resolution) of the model's "
+                    f"frequency grid: the model treats x and x + {p:.4g} as the same point, so "
+                    f"its predictions repeat with that period and are meaningless outside a "
+                    f"window shorter than it; shift/rescale the inputs of each task, or build "
+                    f"the model with a finer freq_resolution",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                return
 
     #: ``eps`` of the density-normalised set-convolution features ``m_s = num / (d_s^+ + eps)``
     setconv_epsilon = 1e-2
@@ -278,9 +318,29 @@ class SFConvCNP(nn.Module):
         ``xc`` (B, N_c, dim_x) and ``yc`` (B, N_c, dim_y) are the context set, ``xq``
         (B, N_t, dim_x) the query inputs; returns a ``Normal`` whose ``loc`` and ``scale`` have
         shape (B, N_t, dim_y) (independent per point and output dimension).
+
+        Computed in the wider of the inputs' and the parameters' dtypes, never downcast:
+        float64 inputs to a float32 model give float64 predictions (the parameters are cast
+        for the call, gradients still reach them). Warns (``UserWarning``) when a task's
+        inputs span at least the period ``1 / freq_resolution`` of the frequency grid, where
+        predictions repeat with that period.
         """
-        self._check(xc, yc, xq)
-        dt = self.y_encoder[0].weight.dtype
+        if _PROMOTED_CALL.get() != id(self):  # not the inner call of a dtype promotion
+            self._check(xc, yc, xq)
+            self._warn_if_periodic(xc, xq)
+            pdt = self.y_encoder[0].weight.dtype
+            wide = functools.reduce(torch.promote_types, (xc.dtype, yc.dtype, xq.dtype), pdt)
+            if wide != pdt:
+                state = {
+                    k: v.to(wide) if v.is_floating_point() else v
+                    for k, v in (*self.named_parameters(), *self.named_buffers())
+                }
+                token = _PROMOTED_CALL.set(id(self))
+                try:
+                    return torch.func.functional_call(self, state, (xc, yc, xq))
+                finally:
+                    _PROMOTED_CALL.reset(token)
+        dt = self.y_encoder[0].weight.dtype  # inputs of lower precision are upcast (exact)
         xc, yc, xq = xc.to(dt).contiguous(), yc.to(dt), xq.to(dt).contiguous()
         B, M = xq.shape[:2]
         plan = NUDFTPlan(self.grid, xc, xq, backend=self.backend)  # shared by all blocks

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -103,11 +105,58 @@ def test_float32_model_accepts_float64_inputs_and_trains() -> None:
     losses = []
     for _ in range(15):
         opt.zero_grad()
-        loss = nll_loss(model(xc, yc, xq), yq.float())
+        loss = nll_loss(model(xc, yc, xq), yq)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+@pytest.mark.parametrize("cls", ["sfconvcnp-1d-small", "sfvconvcnp-1d-small"])
+def test_float64_inputs_give_float64_predictions(cls) -> None:
+    # float64 in used to give float32 out (the inputs were cast to the parameters' dtype)
+    torch.manual_seed(4)
+    model = SFConvCNP.from_config(cls, num_layers=2)
+    xc, yc, xq = _task(2, 9, 5, 1, 1)
+    d = model(xc, yc, xq)
+    assert d.loc.dtype == d.scale.dtype == torch.float64
+    # exactly the float64 model's predictions, not float32 ones cast up
+    twin = SFConvCNP.from_config(cls, num_layers=2).double()
+    twin.load_state_dict(model.state_dict())
+    torch.testing.assert_close(d.loc, twin(xc, yc, xq).loc, rtol=0, atol=1e-12)
+    d32 = model(xc.float(), yc.float(), xq.float())
+    assert d32.loc.dtype == torch.float32
+    assert float((d32.loc.double() - d.loc).detach().abs().max()) > 0  # float64 computed
+    # a mixed call is computed in the widest dtype; the parameters stay float32
+    assert model(xc.float(), yc, xq.float()).loc.dtype == torch.float64
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    # gradients reach the float32 parameters
+    d.loc.sum().backward()
+    assert model.decoder[2].weight.grad is not None
+    assert model.decoder[2].weight.grad.dtype == torch.float32
+    with pytest.raises(TypeError, match="xq must be a floating-point"):
+        model(xc, yc, xq.long())
+
+
+def test_inputs_spanning_the_grid_period_warn() -> None:
+    # freq_resolution 0.5 -> the model is periodic with period 2 along x
+    torch.manual_seed(5)
+    model = SFConvCNP(embed_channels=8, feedforward_channels=8, num_layers=1, groups=2,
+                      max_freq=2.0, freq_resolution=0.5)
+    xc = torch.tensor([[[-0.5], [0.0], [0.4]]])
+    yc = torch.randn(1, 3, 1)
+    xq = torch.tensor([[[0.2], [0.7]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        near = model(xc, yc, xq).loc  # span 1.2 < period 2: no warning
+    # predictions repeat with the period outside the window: now with a warning
+    with pytest.warns(UserWarning, match=r"span 3\.2 along axis 0, at least the period 2 "):
+        far = model(xc, yc, xq + 2.0).loc
+    torch.testing.assert_close(far, near, atol=1e-5, rtol=0)
+    # the context alone spanning a period warns too
+    with pytest.warns(UserWarning, match="period 2 "):
+        model(torch.tensor([[[-1.0], [1.0]]]), yc[:, :2], xq)
 
 
 def test_bad_inputs() -> None:

@@ -22,7 +22,7 @@ def _tiny(seed: int = 0) -> SFConvCNP:
         num_layers=1,
         groups=2,
         max_freq=2.0,
-        freq_resolution=0.2,
+        freq_resolution=0.1,  # period 10 > the span 6 of GPGenerator's x_range (-3, 3)
     )
 
 
@@ -122,7 +122,7 @@ def test_resume_refuses_another_architecture(tmp_path) -> None:
     # used to fail inside load_state_dict with a raw size-mismatch error
     _finished_run(tmp_path)
     wider = SFConvCNP(embed_channels=16, feedforward_channels=8, num_layers=1, groups=2,
-                      max_freq=2.0, freq_resolution=0.2)
+                      max_freq=2.0, freq_resolution=0.1)
     with pytest.raises(ValueError, match=r"another configuration.*model state"):
         train(wider, GPGenerator(batch_size=2, rng=1), epochs=1, batches_per_epoch=2,
               progress=False, lr=1e-3, checkpoint_dir=tmp_path)
