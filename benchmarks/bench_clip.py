@@ -140,8 +140,8 @@ def _ours(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
           algorithm: str = "dpsgd", memory: str = "fast") -> Callable[[], Any]:
     opt = DPC4Optimizer(model, lr=LR, noise_multiplier=SIGMA, expected_batch_size=x.shape[0],
                         anchor_clip=C, algorithm=algorithm, memory=memory, seed=0)
-    step = lambda: opt.step(  # noqa: E731
-        lambda: nn.functional.cross_entropy(model(x), y, reduction="none"))
+    loss = nn.CrossEntropyLoss()
+    step = lambda: opt.step(loss, x, y)  # noqa: E731
     if algorithm == "dpc4":
         step()  # past t = 0, so every timed step runs the coupled (two-pass) update
     return step
