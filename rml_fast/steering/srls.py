@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +47,29 @@ from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.kernels.lasso import lambda_max, lasso_path
 from rml_fast.steering._ridge import gcv_ridge_mu, ridge_refit
 
-__all__ = ["SRLS", "SAEDecoderAdapter", "srls_steering_vector"]
+__all__ = ["SRLS", "SAEDecoderAdapter", "SteeringWarning", "srls_steering_vector"]
 
 log = logging.getLogger(__name__)
 
 _SUPPORT = ("cv", "stability", "fixed_k")
 _RIDGE = ("gcv", "fixed", "none")
+_BACKEND = {"auto": "auto", "cpu": "native", "numpy": "reference"}
+
+_DECODER_FORMS = (
+    "a (d, m) array (atoms as columns), an SAEDecoderAdapter, a torch.nn.Linear decoder "
+    "(weight (d, m): m latents -> d dims), a module whose .decoder is such a Linear, or a "
+    "module with a W_dec parameter of shape (m, d) (SAELens / TransformerLens SAEs)"
+)
+
+
+class SteeringWarning(UserWarning):
+    """SRLS returned a result that is correct but not what was asked for.
+
+    For example the Lasso path never reached ``k`` features (``support="fixed_k"``), or the
+    selected support is empty so the steering vector is zero. Silence it with
+    ``warnings.filterwarnings("ignore", category=SteeringWarning)``, or turn it into an error
+    with ``warnings.simplefilter("error", SteeringWarning)``.
+    """
 
 
 class SRLS:
@@ -66,7 +85,9 @@ class SRLS:
     max_support : int, default=256
         The path stops once the support exceeds this size.
     cv : int, default=5
-        Folds of the grouped cross-validation (``support="cv"``).
+        Folds of the grouped cross-validation (``support="cv"``). Like scikit-learn's
+        ``GroupKFold``, ``fit`` raises a ValueError when there are fewer distinct groups
+        than folds (no silent reduction of ``cv``).
     support : {"cv", "stability", "fixed_k"}, default="cv"
         ``"cv"``: largest ``lambda`` within one standard error of the best held-out mean
         squared residual of the refitted vector (**[PROPOSAL]**); ``"stability"``: features
@@ -74,7 +95,10 @@ class SRLS:
         the pair groups at ``stability_alpha``; ``"fixed_k"``: the ``k`` largest
         coefficients at the first ``lambda`` of the path whose support reaches ``k``.
     k : int, optional
-        Support size for ``support="fixed_k"``.
+        Support size for ``support="fixed_k"``, at most ``m`` and ``max_support``. If the
+        path ends before its support reaches ``k`` (a Lasso solution has at most ``d``
+        nonzeros in general position), the last penalty's support is used with a
+        :class:`SteeringWarning`.
     ridge : {"gcv", "fixed", "none"}, default="gcv"
         Ridge strength of the refit: GCV over 20 log-spaced values in
         ``[1e-6, 1] * tr(D_S^T D_S) / (d |S|)`` (**[PROPOSAL]**), ``ridge_mu``, or 0.
@@ -88,8 +112,10 @@ class SRLS:
     stability_threshold : float, default=0.6
     stability_alpha : float, optional
         Penalty of stability selection; default ``0.1 * lambda_max`` (**[PROPOSAL]**).
-    device : {"auto", "numpy"}, default="auto"
-        Where the Lasso runs ("auto": the native CPU solver for NumPy inputs).
+    device : {"auto", "cpu", "numpy"}, default="auto"
+        Where the Lasso runs: "auto" and "cpu" use the native C++ solver
+        (``lasso_path(backend="native")``), "numpy" its NumPy reference
+        (``backend="reference"``, slow; for checking).
     rng : Generator, int or None
         Fold assignment and subsampling.
     n_threads : int, optional
@@ -196,13 +222,14 @@ class SRLS:
             check_scalar(self.ridge_mu, "ridge_mu", Interval("real", 0, None))
         if self.stability_alpha is not None:
             check_scalar(self.stability_alpha, "stability_alpha", Interval("real", 0, None, "neither"))
-        if self.device not in ("auto", "numpy", "cpu"):
-            raise ValueError(f"device must be 'auto', 'numpy' or 'cpu', got {self.device!r}")
+        if not isinstance(self.device, str) or self.device not in _BACKEND:
+            raise ValueError(f"device must be 'auto', 'cpu' or 'numpy', got {self.device!r}")
 
     def _solver_kw(self) -> dict[str, Any]:
         return {"tol": self.tol, "max_epochs": self.max_epochs,
                 "screening": "gap_safe" if self.screening else None,
-                "working_set": bool(self.working_set), "n_threads": self.n_threads}
+                "working_set": bool(self.working_set), "n_threads": self.n_threads,
+                "backend": _BACKEND[self.device]}
 
     def _path(self, D: np.ndarray, Y: np.ndarray, lambdas: np.ndarray, chunk: int = 10):
         """Warm-started path on the columns of Y (d, B); stops once every support > max_support."""
@@ -220,29 +247,68 @@ class SRLS:
     def fit(self, D: Any, deltas: Any, groups: Any = None) -> SRLS:
         """Select the SAE features and build the steering vector.
 
+        Data layout (one convention for the whole package): the decoder ``D`` is (d, m) with
+        one SAE atom per column, as the design ``X`` of a regression of the d embedding
+        coordinates; data passed to an estimator has **one row per sample**, like
+        scikit-learn's ``X``: ``deltas`` is (n_pairs, d). Only the kernel
+        :func:`rml_fast.kernels.lasso.lasso_path` takes right-hand sides aligned with the rows
+        of ``D`` — ``Y`` of shape (d,) or (d, B), one column per problem, as scikit-learn's
+        ``lasso_path(X, y)`` — so ``lasso_path(D, deltas.T, ...)`` solves one Lasso per pair.
+        A ``deltas`` of shape (d, n_pairs) raises a ValueError that says to transpose it.
+
         Parameters
         ----------
-        D : array-like of shape (d, m), float32 or float64
-            SAE decoder, atoms as columns (Fortran order avoids a copy).
-        deltas : array-like of shape (n, d) or (n, T, d)
-            Per-pair embedding differences (target minus source); with a token axis they
-            are averaged over the aligned tokens (**[PROPOSAL]**). Cast to the dtype of D.
-        groups : array-like of shape (n,), optional
+        D : array-like of shape (d, m), float32 or float64, or an SAE decoder
+            SAE decoder, atoms as columns (Fortran order avoids a copy). Also accepted: an
+            :class:`SAEDecoderAdapter`, or anything :meth:`SAEDecoderAdapter.from_torch`
+            accepts (a ``torch.nn.Linear`` decoder, a module with a ``.decoder`` Linear or a
+            ``W_dec`` parameter of shape (m, d)); the result equals that of the (d, m) array.
+        deltas : array-like of shape (n_pairs, d) or (n_pairs, T, d)
+            Per-pair embedding differences (target minus source), one row per pair; with a
+            token axis they are averaged over the aligned tokens (**[PROPOSAL]**). Cast to
+            the dtype of D for the Lasso.
+        groups : array-like of shape (n_pairs,), optional
             Group label of each pair for the cross-validation and subsampling (pairs with
             the same subject/template share a label); default one group per pair.
+            ``support="cv"`` needs at least ``cv`` distinct groups, ``support="stability"``
+            at least 2.
 
         Returns
         -------
         self : SRLS
+
+        Raises
+        ------
+        ValueError
+            Bad parameters or shapes (before any work), fewer groups than ``cv`` folds,
+            ``deltas`` of shape (d, n_pairs), ``mean(deltas)`` orthogonal to every atom.
+        TypeError
+            ``D`` is none of the accepted forms.
+
+        Warns
+        -----
+        SteeringWarning
+            The path never reached ``k`` features (``support="fixed_k"``); the selected
+            support is empty (zero steering vector); ``ridge="none"`` with more features
+            than dimensions (minimum-norm refit).
         """
         self._validate_params()
-        D = check_array(D, "D", ndim=2)
-        d = D.shape[0]
+        D = _decoder_matrix(D)
+        d, m = D.shape
         deltas = check_array(deltas, "deltas", ndim=(2, 3))
         if deltas.shape[-1] != d:
-            raise ValueError(f"deltas must have last dimension d={d} (rows of D), got {deltas.shape}")
-        if deltas.ndim == 3:
-            deltas = deltas.mean(axis=1)
+            if deltas.ndim == 2 and deltas.shape[0] == d:
+                raise ValueError(
+                    f"deltas must have one row per prompt pair, shape (n_pairs, d) with d={d} "
+                    f"(the rows of D); got shape {deltas.shape}, which is (d, n_pairs): pass "
+                    "deltas.T (only lasso_path takes its right-hand sides as columns)")
+            hint = ""
+            if deltas.shape[-1] == m:
+                hint = (f"; D of shape {D.shape} looks like (m, d), the W_dec layout of SAELens: "
+                        "pass W_dec.T or SAEDecoderAdapter.from_arrays(W_dec, layout='md')")
+            raise ValueError(
+                f"deltas must have shape (n_pairs, d) or (n_pairs, T, d), last dimension d={d} "
+                f"(the rows of D), got {deltas.shape}{hint}")
         n = deltas.shape[0]
         if n == 0:
             raise ValueError("deltas must hold at least one pair")
@@ -251,28 +317,57 @@ class SRLS:
         groups = np.asarray(groups)
         if groups.shape != (n,):
             raise ValueError(f"groups must have shape ({n},), got {groups.shape}")
+        n_groups = int(np.unique(groups).size)
+        if self.support == "cv" and n_groups < self.cv:
+            hint = ("" if n_groups >= 2 else
+                    "; support='cv' needs at least 2 distinct groups of pairs")
+            raise ValueError(
+                f"cannot have cv={self.cv} folds with only {n_groups} distinct groups of pairs "
+                f"(groups=None makes each pair its own group){hint}: lower cv to at most "
+                f"{max(n_groups, 2)} or pass more pairs / groups")
+        if self.support == "stability" and n_groups < 2:
+            raise ValueError(
+                f"support='stability' needs at least 2 distinct groups of pairs, got {n_groups}")
+        if self.support == "fixed_k":
+            if self.k > m:
+                raise ValueError(f"k={self.k} exceeds the number of SAE features m={m}")
+            if self.k > self.max_support:
+                raise ValueError(
+                    f"k={self.k} exceeds max_support={self.max_support}, where the path stops: "
+                    f"raise max_support to at least {self.k}")
+        if self.alphas is not None:
+            lambdas = check_array(self.alphas, "alphas", dtypes=(np.float64,), ndim=(0, 1))
+            lambdas = np.atleast_1d(lambdas).astype(np.float64)
+            if lambdas.size == 0:
+                raise ValueError("alphas must hold at least one penalty")
+            if (lambdas <= 0).any() or (np.diff(lambdas) > 0).any():
+                raise ValueError("alphas must be strictly positive and non-increasing")
         gen = check_rng(self.rng)
+        if deltas.ndim == 3:
+            deltas = deltas.mean(axis=1)
         deltas64 = deltas.astype(np.float64)
         ybar = deltas64.mean(axis=0)
-        if self.alphas is None:
+        lm = None
+        if self.alphas is None or (self.support == "stability" and self.stability_alpha is None):
             lm = float(lambda_max(D.astype(np.float64, copy=False), ybar))
             if lm == 0.0:
                 raise ValueError("mean(deltas) is orthogonal to every atom of D: nothing to select")
+        if self.alphas is None:
             lambdas = np.geomspace(lm, lm * self.eps, self.n_alphas)
-        else:
-            lambdas = check_array(self.alphas, "alphas", dtypes=(np.float64,), ndim=(0, 1))
-            lambdas = np.atleast_1d(lambdas).astype(np.float64)
-            if (lambdas <= 0).any() or (np.diff(lambdas) > 0).any():
-                raise ValueError("alphas must be strictly positive and non-increasing")
         Df = np.asfortranarray(D)
         Y = ybar.astype(D.dtype)[:, None]
         self.cv_scores_ = None
         self.stability_scores_ = None
         if self.support == "stability":
-            lam = self.stability_alpha
-            if lam is None:
-                lam = 0.1 * float(lambda_max(D.astype(np.float64, copy=False), ybar))
+            lam = self.stability_alpha if self.stability_alpha is not None else 0.1 * lm
             self._fit_stability(Df, deltas64, groups, float(lam), gen)
+            if self.support_.size == 0:
+                warnings.warn(
+                    f"SRLS: no feature was selected in at least stability_threshold="
+                    f"{self.stability_threshold:g} of the subsamples (largest frequency "
+                    f"{self.stability_scores_.max():.2f}); coef_ and steering_vector_ are zero. "
+                    "Lower stability_threshold or stability_alpha.", SteeringWarning,
+                    stacklevel=2)
         else:
             coefs, gaps = self._path(Df, Y, lambdas)
             coefs, gaps = coefs[:, 0], gaps[:, 0]
@@ -285,8 +380,12 @@ class SRLS:
                 reach = np.flatnonzero(sizes >= self.k)
                 idx = int(reach[0]) if reach.size else coefs.shape[0] - 1
                 if not reach.size:
-                    log.warning("SRLS: the path never reached k=%d features; using %d", self.k,
-                                sizes[idx])
+                    why = (f" (a Lasso solution has at most d={d} nonzeros in general position)"
+                           if self.k > d else "; lower eps or pass smaller alphas")
+                    warnings.warn(
+                        f"SRLS: the Lasso path never reached k={self.k} features; its last "
+                        f"penalty {self.path_[idx]:.4g} selects {int(sizes[idx])}, which are "
+                        f"used{why}", SteeringWarning, stacklevel=2)
             self.alpha_ = float(self.path_[idx])
             self.lasso_coef_ = coefs[idx].astype(np.float64)
             self.dual_gap_ = float(gaps[idx])
@@ -294,6 +393,17 @@ class SRLS:
             nnz = int(np.count_nonzero(self.lasso_coef_))
             keep = order[: min(nnz, self.k)] if self.support == "fixed_k" else order[:nnz]
             self.support_ = np.sort(keep).astype(np.int64)
+            if self.support_.size == 0 and self.support == "cv":
+                warnings.warn(
+                    f"SRLS: the cross-validation chose the penalty {self.alpha_:.4g}, where no "
+                    "feature is selected (the held-out edits are explained no better by any "
+                    "support within one standard error); coef_ and steering_vector_ are zero. "
+                    "Add pairs or use support='fixed_k'.", SteeringWarning, stacklevel=2)
+        if self.ridge == "none" and self.support_.size > d:
+            warnings.warn(
+                f"SRLS: ridge='none' refits {self.support_.size} features on d={d} dimensions; "
+                "the least-squares refit is not unique and the minimum-norm solution is used. "
+                "Use ridge='gcv' or 'fixed' for a unique refit.", SteeringWarning, stacklevel=2)
         self.coef_, self.ridge_mu_ = self._refit(D, ybar, self.support_, self.lasso_coef_)
         self.steering_vector_ = D.astype(np.float64, copy=False) @ self.coef_
         self.n_features_in_ = d
@@ -316,9 +426,7 @@ class SRLS:
 
     def _choose_cv(self, D, deltas, groups, lambdas, gen) -> int:
         ug = np.unique(groups)
-        K = min(self.cv, ug.size)
-        if K < 2:
-            raise ValueError("support='cv' needs at least 2 distinct groups of pairs")
+        K = self.cv  # fit checked that there are at least cv groups
         folds = np.array_split(gen.permutation(ug), K)
         test_masks = [np.isin(groups, f) for f in folds]
         Ytr = np.stack([deltas[~t].mean(axis=0) for t in test_masks], axis=1)
@@ -347,9 +455,7 @@ class SRLS:
         return int(np.flatnonzero(finite & (mean <= mean[best] + se[best]))[0])
 
     def _fit_stability(self, D, deltas, groups, lam, gen) -> None:
-        ug = np.unique(groups)
-        if ug.size < 2:
-            raise ValueError("support='stability' needs at least 2 distinct groups of pairs")
+        ug = np.unique(groups)  # fit checked that there are at least 2
         half = max(1, ug.size // 2)
         Y = np.empty((D.shape[0], self.n_subsamples))
         for b in range(self.n_subsamples):
@@ -435,43 +541,114 @@ class SAEDecoderAdapter:
     """The affine decoder ``dec(z) = D z + b_dec`` of a sparse autoencoder, ``D`` of shape (d, m).
 
     ``dec(z + delta) - dec(z) = D delta`` for every ``z``: a latent edit is the embedding edit
-    ``D delta``, so :class:`SRLS` only needs ``D``.
+    ``D delta``, so :class:`SRLS` only needs ``D`` (``SRLS.fit`` accepts an adapter, or
+    anything :meth:`from_torch` accepts, in place of the array).
 
     Attributes
     ----------
     D : ndarray of shape (d, m), Fortran order
+        One atom per column (the layout of ``torch.nn.Linear(m, d).weight``; SAELens' and
+        TransformerLens' ``W_dec`` is its transpose, (m, d)).
     b_dec : ndarray of shape (d,)
+        Zeros when the SAE has no decoder bias.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.steering import SAEDecoderAdapter
+    >>> SAEDecoderAdapter.from_torch(torch.nn.Linear(32, 8)).D.shape   # m = 32 latents -> d = 8
+    (8, 32)
     """
 
     D: np.ndarray
-    b_dec: np.ndarray
+    b_dec: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        D = check_array(self.D, "D", ndim=2)
+        self.D = np.asfortranarray(D)
+        if self.b_dec is None:
+            self.b_dec = np.zeros(D.shape[0], dtype=D.dtype)
+        b = check_array(self.b_dec, "b_dec", ndim=1)
+        if b.shape != (D.shape[0],):
+            raise ValueError(f"b_dec must have shape ({D.shape[0]},) (the rows of D), got {b.shape}")
+        self.b_dec = b.astype(D.dtype)
 
     @classmethod
     def from_arrays(cls, W_dec: Any, b_dec: Any = None, layout: str = "dm") -> SAEDecoderAdapter:
         """From a decoder matrix in ``layout`` "dm" (d, m) or "md" (m, d) (SAELens' ``W_dec``)."""
-        W = check_array(W_dec, "W_dec", ndim=2)
         if layout not in ("dm", "md"):
             raise ValueError(f"layout must be 'dm' or 'md', got {layout!r}")
-        D = np.asfortranarray(W if layout == "dm" else W.T)
-        b = np.zeros(D.shape[0], dtype=D.dtype) if b_dec is None else check_array(b_dec, "b_dec", ndim=1)
-        if b.shape != (D.shape[0],):
-            raise ValueError(f"b_dec must have shape ({D.shape[0]},), got {b.shape}")
-        return cls(D, b.astype(D.dtype))
+        W = check_array(W_dec, "W_dec", ndim=2)
+        return cls(W if layout == "dm" else W.T, b_dec)
 
     @classmethod
     def from_torch(cls, sae: Any) -> SAEDecoderAdapter:
-        """From a torch SAE with ``W_dec`` (m, d) and ``b_dec`` (SAELens), or a ``decoder`` Linear."""
-        if hasattr(sae, "W_dec"):
-            W = sae.W_dec.detach().cpu().numpy()
-            b = getattr(sae, "b_dec", None)
-            return cls.from_arrays(W, None if b is None else b.detach().cpu().numpy(), layout="md")
-        dec = getattr(sae, "decoder", None)
-        if dec is not None and hasattr(dec, "weight"):
-            b = dec.bias.detach().cpu().numpy() if getattr(dec, "bias", None) is not None else None
-            return cls.from_arrays(dec.weight.detach().cpu().numpy(), b, layout="dm")
-        raise TypeError("sae must have W_dec (m, d) [+ b_dec] or a decoder nn.Linear(m, d)")
+        """From a torch SAE or its decoder. Exactly these forms are accepted:
+
+        1. a ``torch.nn.Linear`` decoder: its weight (d, m) maps m latents to d dims, so
+           ``D = weight`` and ``b_dec = bias`` (zeros without a bias);
+        2. a module whose ``.decoder`` is such a Linear (or any object with a 2-D ``.weight``
+           of shape (d, m) and an optional ``.bias``); without a decoder bias the module's
+           ``b_dec`` is used if it has one;
+        3. a module with a ``W_dec`` parameter of shape (m, d) and an optional ``b_dec`` (d,)
+           (SAELens ``SAE``, TransformerLens ``HookedSAE``): ``D = W_dec.T``.
+
+        Tensors are detached and copied to the CPU; float16/bfloat16 become float32.
+        """
+        torch = sys.modules.get("torch")
+        linear = torch.nn.Linear if torch is not None else ()
+        own_b = getattr(sae, "b_dec", None)
+        if torch is not None and isinstance(sae, linear):
+            W, b, layout = sae.weight, sae.bias, "dm"
+        elif getattr(sae, "W_dec", None) is not None:
+            W, b, layout = sae.W_dec, own_b, "md"
+        elif getattr(getattr(sae, "decoder", None), "weight", None) is not None:
+            dec = sae.decoder
+            b = getattr(dec, "bias", None)
+            W, b, layout = dec.weight, own_b if b is None else b, "dm"
+        else:
+            raise TypeError(
+                "sae must be a torch.nn.Linear decoder (weight (d, m): m latents -> d dims), a "
+                "module whose .decoder is such a Linear, or a module with a W_dec parameter of "
+                f"shape (m, d) [+ b_dec (d,)] (SAELens / TransformerLens); got {type(sae).__name__}")
+        W = _to_numpy(W, "W_dec" if layout == "md" else "decoder weight")
+        b = None if b is None else _to_numpy(b, "b_dec")
+        return cls.from_arrays(W, b, layout=layout)
 
     def decode(self, z: Any) -> np.ndarray:
         """``z @ D^T + b_dec`` for latents of shape (..., m)."""
         z = check_array(z, "z")
+        if z.shape[-1:] != (self.D.shape[1],):
+            raise ValueError(f"z must have last dimension m={self.D.shape[1]}, got shape {z.shape}")
         return z @ self.D.T + self.b_dec
+
+
+def _to_numpy(t: Any, name: str) -> np.ndarray:
+    """A torch tensor (any device; half precision -> float32) or array-like as a NumPy array."""
+    if hasattr(t, "detach") and hasattr(t, "cpu"):
+        t = t.detach()
+        if t.is_floating_point() and t.element_size() < 4:
+            t = t.float()
+        return t.cpu().numpy()
+    return check_array(t, name)
+
+
+def _is_torch_decoder(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.nn.Linear):
+        return True
+    if getattr(obj, "W_dec", None) is not None:
+        return True
+    return getattr(getattr(obj, "decoder", None), "weight", None) is not None
+
+
+def _decoder_matrix(D: Any) -> np.ndarray:
+    """The (d, m) decoder array of any accepted form of ``D`` (see ``SRLS.fit``)."""
+    if isinstance(D, SAEDecoderAdapter):
+        return D.D
+    if _is_torch_decoder(D):
+        return SAEDecoderAdapter.from_torch(D).D
+    try:
+        return check_array(D, "D", ndim=2)
+    except TypeError as exc:
+        raise TypeError(f"D must be {_DECODER_FORMS}; {exc}") from exc
