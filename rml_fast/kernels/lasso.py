@@ -70,7 +70,10 @@ class LassoPath(NamedTuple):
     coefs : ndarray of shape (L, B, m) or (L, m), or list of L scipy CSR matrices (B, m)
         Coefficients (dtype of ``D``); 2-D when ``Y`` was 1-D; CSR when ``sparse=True``.
     gaps : ndarray of shape (L, B) or (L,), float64
-        Duality gaps at exit (absolute, in the units of the objective), ``>= 0``.
+        Duality gaps at exit (absolute, in the units of the objective), ``>= 0``, computed in
+        float64. Triton backend: the gap of the returned coefficients. Native backend: the gap
+        of the solver's float64 iterate, which a float32 ``D`` gets rounded to float32 (that
+        rounding moves the gap by ~1e-7 of ``||y||^2 / (2n)``).
     n_epochs : ndarray of shape (L, B) or (L,), int64
         Inner coordinate-descent epochs (FISTA iterations on the Triton backend).
     lambdas : ndarray of shape (L,), float64

@@ -4,15 +4,18 @@ B problems ``min_w 1/(2n)||y_b - D w||^2 + lam ||w||_1`` share the design ``D`` 
 every iteration is one GEMM ``D Z`` (cuBLAS through torch) and one fused Triton GEMM
 ``C = D^T R / n`` with per-column ``max |C|`` (the dual scaling), followed by a fused
 soft-threshold + momentum update. Every ``check_every`` iterations the duality gap of each
-problem is computed (the same dual point as the CPU solver), converged problems are frozen,
-and gap-safe sphere screening zeroes certified-zero coefficients; once fewer than half of the
-columns survive for every problem, ``D`` is compacted to the surviving columns.
+problem is computed in float64 (the same dual point as the CPU solver; see :func:`_gap64`),
+converged problems are frozen, and gap-safe sphere screening zeroes certified-zero
+coefficients of the problems still running; once fewer than half of the columns survive for
+every problem, ``D`` is compacted to the surviving columns. A float32 solve iterates in float32
+but is stopped, screened and reported by float64 gaps: a float32 gap near its rounding floor
+can come out 0, and screening with a zero radius drops features of the support.
 
 Kernels (pointers, sizes, strides, then ``tl.constexpr`` meta-parameters):
 
 - ``_dtr_gemm_absmax_kernel``: ``C[j, b] = scale * sum_i D[i, j] R[i, b]`` and the partial
-  column maxima ``P[pid_m, b] = max_j |C[j, b]|`` over the block (fp32 or fp64 accumulation,
-  IEEE fp32 products, no TF32).
+  column maxima ``P[pid_m, b] = max_j |C[j, b]|`` over the block (accumulation in the dtype of
+  ``R``: fp32, or fp64 with fp32 ``D`` tiles widened; IEEE products, no TF32).
 - ``_soft_threshold_update_kernel``: ``W' = S(Z + step C, step lam) * keep``,
   ``Z' = W' + beta_b (W' - W)``; frozen problems keep ``W' = Z' = W``.
 
