@@ -11,16 +11,21 @@ __all__ = ["gcv_ridge_mu", "ridge_refit"]
 
 def gcv_ridge_mu(D: np.ndarray, y: np.ndarray, support: np.ndarray, n_grid: int = 20,
                  span: tuple[float, float] = (1e-6, 1.0)) -> tuple[float, np.ndarray, np.ndarray]:
-    """GCV choice of ``mu`` for ``(D_S^T D_S + n mu I)^{-1} D_S^T y`` (**[PROPOSAL]** grid).
+    """GCV choice of ``mu`` for ``(D_S^T D_S + d mu I)^{-1} D_S^T y`` (**[PROPOSAL]** grid).
 
-    ``GCV(mu) = n ||(I - H_mu) y||^2 / (n - tr H_mu)^2`` with the hat matrix
-    ``H_mu = D_S (D_S^T D_S + n mu I)^{-1} D_S^T``, evaluated through the SVD of ``D_S`` on
-    ``n_grid`` log-spaced values ``span * tr(D_S^T D_S) / (n |S|)``.
+    ``GCV(mu) = d ||(I - H_mu) y||^2 / (d - tr H_mu)^2`` with the hat matrix
+    ``H_mu = D_S (D_S^T D_S + d mu I)^{-1} D_S^T``, evaluated through the SVD of ``D_S`` on
+    ``n_grid`` log-spaced values ``span * tr(D_S^T D_S) / (d |S|)``.
+
+    Same orientation as :func:`rml_fast.kernels.lasso.lasso_path` and ``ridge_refit``: ``y``
+    is aligned with the rows of ``D`` (one embedding coordinate per row).
 
     Parameters
     ----------
-    D : ndarray of shape (n, m)
-    y : ndarray of shape (n,)
+    D : ndarray of shape (d, m)
+        SAE decoder, atoms as columns.
+    y : ndarray of shape (d,)
+        Target edit (e.g. the mean of the per-pair edits).
     support : ndarray of int of shape (k,), k >= 1
 
     Returns

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import linalg, optimize, special
 
-from rml_fast._validation import Interval, check_rng, check_scalar
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 
 __all__ = ["BOResult", "GaussianProcess1D", "bayes_opt_strength", "log_expected_improvement"]
 
@@ -104,14 +104,23 @@ class GaussianProcess1D:
         Bounds of the (standardised) noise variance; ``(0, 0)`` fixes it to zero up to a
         ``1e-10`` jitter (noiseless interpolation).
     n_restarts : int, default=5
+        Starts of the marginal-likelihood optimisation, ``>= 1``.
+    lengthscale_prior : (shape, rate) or None, default=None
+        Gamma prior on the length scale, both ``> 0``.
     rng : Generator, int or None
     """
 
     def __init__(self, noise_bounds: tuple[float, float] = (1e-8, 1.0), n_restarts: int = 5,
                  lengthscale_prior: tuple[float, float] | None = None, rng: Any = None) -> None:
-        self.noise_bounds = noise_bounds
-        self.lengthscale_prior = lengthscale_prior
-        self.n_restarts = n_restarts
+        if not isinstance(noise_bounds, (tuple, list, np.ndarray)) or len(noise_bounds) != 2:
+            raise ValueError(f"noise_bounds must be (lo, hi), got {noise_bounds!r}")
+        lo = check_scalar(noise_bounds[0], "noise_bounds[0]", Interval("real", 0, None))
+        hi = check_scalar(noise_bounds[1], "noise_bounds[1]", Interval("real", 0, None))
+        if lo > hi:
+            raise ValueError(f"noise_bounds must satisfy 0 <= lo <= hi, got {noise_bounds!r}")
+        self.noise_bounds = (float(lo), float(hi))
+        self.lengthscale_prior = _check_prior(lengthscale_prior)
+        self.n_restarts = int(check_scalar(n_restarts, "n_restarts", Interval("int", 1, None)))
         self.rng = check_rng(rng)
 
     def _nll(self, theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -147,8 +156,11 @@ class GaussianProcess1D:
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> GaussianProcess1D:
         """Fit to points ``x`` in [0, 1] of shape (k,) and values ``y`` of shape (k,)."""
-        x = np.asarray(x, dtype=np.float64)
-        y = np.asarray(y, dtype=np.float64)
+        x = check_array(x, "x", ndim=1).astype(np.float64, copy=False)
+        y = check_array(y, "y", ndim=1).astype(np.float64, copy=False)
+        if x.size == 0 or y.shape != x.shape:
+            raise ValueError(f"x and y must be non-empty of the same shape (k,), got {x.shape} "
+                             f"and {y.shape}")
         self.y_mean_ = float(y.mean())
         self.y_std_ = float(y.std()) or 1.0
         ys = (y - self.y_mean_) / self.y_std_
@@ -212,6 +224,17 @@ class BOResult:
     gp_params: dict = field(default_factory=dict)
 
 
+def _check_prior(prior: Any) -> tuple[float, float] | None:
+    """Validate a Gamma(shape, rate) length-scale prior (None: no prior)."""
+    if prior is None:
+        return None
+    if not isinstance(prior, (tuple, list, np.ndarray)) or len(prior) != 2:
+        raise ValueError(f"lengthscale_prior must be (shape, rate) or None, got {prior!r}")
+    k = check_scalar(prior[0], "lengthscale_prior[0] (shape)", Interval("real", 0, None, "neither"))
+    rate = check_scalar(prior[1], "lengthscale_prior[1] (rate)", Interval("real", 0, None, "neither"))
+    return float(k), float(rate)
+
+
 def _scalarise(raw: list[np.ndarray], weights: np.ndarray | None) -> np.ndarray:
     M = np.asarray(raw, dtype=np.float64)
     if M.shape[1] == 1:
@@ -258,7 +281,8 @@ def bayes_opt_strength(
     acq : {"logei", "ei"}, default="logei"
         Acquisition (``"ei"`` maximises plain EI, for comparison).
     weights : sequence of float, optional
-        Weights of the normalised metrics.
+        Weights of the normalised metrics: non-negative with a positive sum (checked before
+        any call); their number must equal the number of metrics (checked at the first call).
     n_grid : int, default=2048
     noise : bool, default=True
         Fit a noise variance (False: noiseless interpolation).
@@ -295,8 +319,15 @@ def bayes_opt_strength(
     n_grid = int(check_scalar(n_grid, "n_grid", Interval("int", 16, 10**7)))
     if acq not in ("logei", "ei"):
         raise ValueError(f"acq must be 'logei' or 'ei', got {acq!r}")
+    if not isinstance(noise, (bool, np.bool_)):
+        raise TypeError(f"noise must be a bool, got {type(noise).__name__}")
+    lengthscale_prior = _check_prior(lengthscale_prior)
+    w = None
+    if weights is not None:
+        w = check_array(weights, "weights", ndim=1).astype(np.float64, copy=False)
+        if w.size == 0 or (w < 0).any() or not w.sum() > 0:
+            raise ValueError(f"weights must be non-negative with a positive sum, got {w!r}")
     gen = check_rng(rng)
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)
     from scipy.stats import qmc
 
     n_pow2 = max(1, math.ceil(math.log2(n_init)))

@@ -34,7 +34,7 @@ import numpy as np
 
 from rml_fast._validation import check_rng
 from rml_fast.steering.bayes_opt import bayes_opt_strength
-from rml_fast.steering.srls import SRLS
+from rml_fast.steering.srls import SRLS, SAEDecoderAdapter
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,8 @@ def run_demo(embedder: str = "auto", attribute: str = "smiling", k_sae: int = 32
     log.info("embedded %d sentences in %.1f s", len(corpus), time.perf_counter() - t1)
     d = X.shape[1]
     t1 = time.perf_counter()
-    D, _ = train_topk_sae(X, sae_mult * d, k=k_sae, steps=sae_steps, rng=gen)
+    D, b_dec = train_topk_sae(X, sae_mult * d, k=k_sae, steps=sae_steps, rng=gen)
+    sae = SAEDecoderAdapter(D, b_dec)  # D (d, m): one atom per column
     log.info("trained the TopK SAE (m=%d) in %.1f s", D.shape[1], time.perf_counter() - t1)
     subj = np.array(SUBJECTS)
     order = gen.permutation(len(subj))
@@ -189,10 +190,10 @@ def run_demo(embedder: str = "auto", attribute: str = "smiling", k_sae: int = 32
     Hs, Ht = embed(src), embed(tgt)
     is_test = np.array(is_test)
     groups = np.array(groups)
-    deltas = (Ht - Hs).astype(np.float32)
+    deltas = (Ht - Hs).astype(np.float32)  # (n_pairs, d): one row per prompt pair
     tr = ~is_test
     t1 = time.perf_counter()
-    est = SRLS(cv=5, rng=gen, max_support=128).fit(D, deltas[tr], groups[tr])
+    est = SRLS(cv=5, rng=gen, max_support=128).fit(sae, deltas[tr], groups[tr])
     log.info("SRLS: %d features in %.1f s", est.support_.size, time.perf_counter() - t1)
     v = est.steering_vector_.astype(np.float32)
 

@@ -115,3 +115,63 @@ def test_bad_input(kwargs, exc, match):
     objective = kwargs.pop("objective", lambda a: -a)
     with pytest.raises(exc, match=match):
         bayes_opt_strength(objective, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"weights": [0.5, -0.5]}, ValueError, "weights must be non-negative"),
+        ({"weights": [0.0, 0.0]}, ValueError, "positive sum"),
+        ({"weights": [np.nan, 1.0]}, ValueError, "weights must be finite"),
+        ({"weights": [[1.0]]}, ValueError, "weights must have ndim"),
+        ({"lengthscale_prior": (3.0, -1.0)}, ValueError, "lengthscale_prior"),
+        ({"lengthscale_prior": 3.0}, ValueError, "lengthscale_prior must be"),
+        ({"noise": "yes"}, TypeError, "noise must be a bool"),
+    ],
+)
+def test_bad_options_raise_before_the_first_call(kwargs, exc, match):
+    calls = []
+
+    def objective(a):
+        calls.append(a)
+        return -a
+
+    with pytest.raises(exc, match=match):
+        bayes_opt_strength(objective, budget=4, **kwargs)
+    assert calls == []
+
+
+def test_weights_of_the_wrong_length_raise_at_the_first_call():
+    calls = []
+
+    def objective(a):
+        calls.append(a)
+        return (a, -a)
+
+    with pytest.raises(ValueError, match="weights must have 2 entries"):
+        bayes_opt_strength(objective, budget=4, weights=[1.0, 1.0, 1.0])
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_restarts": 0}, "n_restarts"),
+        ({"noise_bounds": (1.0, 0.5)}, "lo <= hi"),
+        ({"noise_bounds": (-1.0, 0.5)}, r"noise_bounds\[0\]"),
+        ({"noise_bounds": 0.1}, "noise_bounds must be"),
+        ({"lengthscale_prior": (0.0, 1.0)}, "shape"),
+    ],
+)
+def test_gp_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GaussianProcess1D(**kwargs)
+
+
+def test_gp_fit_checks_its_data():
+    gp = GaussianProcess1D(rng=0)
+    with pytest.raises(ValueError, match="same shape"):
+        gp.fit(np.array([0.1, 0.2]), np.array([1.0]))
+    with pytest.raises(ValueError, match="y must be finite"):
+        gp.fit(np.array([0.1, 0.2]), np.array([1.0, np.nan]))
+    assert not hasattr(gp, "theta_")

@@ -207,3 +207,214 @@ def test_bad_input(params, fit_args, match):
 def test_transform_before_fit_raises():
     with pytest.raises(RuntimeError, match="not fitted"):
         SRLS().transform(np.zeros((2, 3)), 1.0)
+
+
+# -- issue 27: no silent clamps, one data orientation, adapters as D -----------------------
+
+
+def _small_problem(seed=12, d=16, m=48, n=10):
+    rng = np.random.default_rng(seed)
+    D = rng.standard_normal((d, m))
+    D /= np.linalg.norm(D, axis=0)
+    w = np.zeros(m)
+    w[[2, 9, 30]] = [1.5, -1.0, 2.0]
+    deltas = (D @ w)[None, :] + 0.01 * rng.standard_normal((n, d))
+    return D, w, deltas
+
+
+def _forbid_work(monkeypatch):
+    """Make any Lasso work fail, so that a test shows an error is raised before it."""
+    import rml_fast.steering.srls as srls_mod
+
+    def boom(*args, **kwargs):
+        raise AssertionError("work was done before the input check")
+
+    monkeypatch.setattr(srls_mod, "lasso_path", boom)
+    monkeypatch.setattr(srls_mod, "lambda_max", boom)
+
+
+@pytest.mark.parametrize(("groups", "n_groups"), [(np.repeat([0, 1], 5), 2),
+                                                  (np.repeat([0, 1, 2, 3], [3, 3, 2, 2]), 4)])
+def test_cv_more_folds_than_groups_raises_before_any_work(monkeypatch, groups, n_groups):
+    D, _, deltas = _small_problem()
+    before = deltas.copy()
+    _forbid_work(monkeypatch)
+    with pytest.raises(ValueError, match=rf"cv=5 folds with only {n_groups} distinct groups"):
+        SRLS(cv=5).fit(D, deltas, groups)
+    np.testing.assert_array_equal(deltas, before)
+
+
+def test_cv_default_groups_are_pairs_and_too_few_pairs_raise(monkeypatch):
+    D, _, deltas = _small_problem(n=3)
+    _forbid_work(monkeypatch)
+    with pytest.raises(ValueError, match=r"cv=5 folds with only 3 distinct groups.*cv to at most 3"):
+        SRLS().fit(D, deltas)
+
+
+def test_cv_equal_to_number_of_groups_uses_every_fold():
+    D, _, deltas = _small_problem()
+    est = SRLS(cv=2, n_alphas=8, rng=0).fit(D, deltas, np.repeat([0, 1], 5))
+    assert est.cv_scores_.shape == (est.path_.size, 2)
+
+
+def test_stability_with_one_group_raises_before_any_work(monkeypatch):
+    D, _, deltas = _small_problem()
+    _forbid_work(monkeypatch)
+    with pytest.raises(ValueError, match="support='stability' needs at least 2 distinct groups"):
+        SRLS(support="stability").fit(D, deltas, np.zeros(10))
+
+
+def test_transposed_deltas_raise_with_a_hint(monkeypatch):
+    D, _, deltas = _small_problem()  # d = 16, n = 10
+    _forbid_work(monkeypatch)
+    with pytest.raises(ValueError, match=r"one row per prompt pair.*d=16.*got shape \(16, 10\).*pass deltas\.T"):
+        SRLS().fit(D, deltas.T)
+    with pytest.raises(ValueError, match=r"looks like \(m, d\).*layout='md'"):
+        SRLS().fit(D.T, deltas)  # a decoder in the (m, d) W_dec layout
+
+
+def test_fixed_k_bounds_raise_before_any_work(monkeypatch):
+    D, _, deltas = _small_problem()
+    _forbid_work(monkeypatch)
+    with pytest.raises(ValueError, match=r"k=49 exceeds the number of SAE features m=48"):
+        SRLS(support="fixed_k", k=49).fit(D, deltas)
+    with pytest.raises(ValueError, match=r"k=20 exceeds max_support=10"):
+        SRLS(support="fixed_k", k=20, max_support=10).fit(D, deltas)
+
+
+def test_fixed_k_not_reached_warns_and_uses_the_last_penalty():
+    from rml_fast.steering import SteeringWarning
+
+    D, _, deltas = _small_problem()  # d = 16: the Lasso support cannot reach 20
+    with pytest.warns(SteeringWarning, match=r"never reached k=20 features.*at most d=16"):
+        est = SRLS(support="fixed_k", k=20, n_alphas=10).fit(D, deltas)
+    assert 0 < est.support_.size < 20
+    assert est.alpha_ == est.path_[-1]
+    np.testing.assert_array_equal(est.support_, np.flatnonzero(est.lasso_coef_))
+    assert issubclass(SteeringWarning, UserWarning)
+
+
+def test_empty_support_warns():
+    from rml_fast.kernels.lasso import lambda_max
+    from rml_fast.steering import SteeringWarning
+
+    D, _, deltas = _small_problem()
+    lm = float(lambda_max(D, deltas.mean(0)))
+    with pytest.warns(SteeringWarning, match="no feature is selected"):
+        est = SRLS(alphas=[10 * lm], cv=2, rng=0).fit(D, deltas)
+    assert est.support_.size == 0 and not est.steering_vector_.any()
+    with pytest.warns(SteeringWarning, match="no feature was selected"):
+        est = SRLS(support="stability", stability_alpha=10 * lm, rng=0).fit(D, deltas)
+    assert est.support_.size == 0 and not est.coef_.any()
+
+
+def test_underdetermined_refit_warns():
+    from rml_fast.steering import SteeringWarning
+
+    rng = np.random.default_rng(11)
+    D = rng.standard_normal((4, 30))
+    D /= np.linalg.norm(D, axis=0)
+    deltas = rng.standard_normal((12, 4))
+    with pytest.warns(SteeringWarning, match=r"ridge='none' refits \d+ features on d=4"):
+        est = SRLS(support="stability", stability_alpha=0.02, stability_threshold=0.05,
+                   ridge="none", rng=0).fit(D, deltas)
+    assert est.support_.size > 4
+
+
+def test_device_numpy_runs_the_reference_solver(monkeypatch):
+    import rml_fast.steering.srls as srls_mod
+
+    D, _, deltas = _small_problem()
+    seen = []
+    real = srls_mod.lasso_path
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["backend"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(srls_mod, "lasso_path", spy)
+    ref = SRLS(support="fixed_k", k=3, device="numpy", tol=1e-10).fit(D, deltas)
+    assert set(seen) == {"reference"}
+    seen.clear()
+    nat = SRLS(support="fixed_k", k=3, device="cpu", tol=1e-10).fit(D, deltas)
+    assert set(seen) == {"native"}
+    np.testing.assert_array_equal(ref.support_, nat.support_)
+    np.testing.assert_allclose(ref.coef_, nat.coef_, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="device"):
+        SRLS(device="cuda").fit(D, deltas)
+
+
+def _torch_saes(D, b):
+    """The three torch forms from_torch accepts, all with decoder D (d, m) and bias b."""
+    torch = pytest.importorskip("torch")
+    d, m = D.shape
+    linear = torch.nn.Linear(m, d)
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(D))
+        linear.bias.copy_(torch.from_numpy(b))
+
+    class WithDecoder(torch.nn.Module):  # dictionary-learning style: bias-free decoder + b_dec
+        def __init__(self):
+            super().__init__()
+            self.decoder = torch.nn.Linear(m, d, bias=False)
+            self.b_dec = torch.nn.Parameter(torch.from_numpy(b.copy()))
+            with torch.no_grad():
+                self.decoder.weight.copy_(torch.from_numpy(D))
+
+    class SAELensLike(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W_dec = torch.nn.Parameter(torch.from_numpy(D.T.copy()))
+            self.b_dec = torch.nn.Parameter(torch.from_numpy(b.copy()))
+
+    return {"linear": linear, "decoder": WithDecoder(), "W_dec": SAELensLike()}
+
+
+@pytest.mark.parametrize("form", ["linear", "decoder", "W_dec"])
+def test_from_torch_accepts_every_listed_form(form):
+    D, _, _ = _small_problem()
+    D = D.astype(np.float32)
+    b = np.arange(D.shape[0], dtype=np.float32)
+    sae = _torch_saes(D, b)[form]
+    adapter = SAEDecoderAdapter.from_torch(sae)
+    assert adapter.D.dtype == np.float32 and adapter.D.flags.f_contiguous
+    np.testing.assert_array_equal(adapter.D, D)
+    np.testing.assert_array_equal(adapter.b_dec, b)
+
+
+def test_from_torch_half_precision_and_rejections():
+    torch = pytest.importorskip("torch")
+    lin = torch.nn.Linear(12, 4).to(torch.bfloat16)
+    adapter = SAEDecoderAdapter.from_torch(lin)
+    assert adapter.D.dtype == np.float32 and adapter.D.shape == (4, 12)
+    np.testing.assert_array_equal(adapter.D, lin.weight.float().detach().numpy())
+    with pytest.raises(TypeError, match=r"torch\.nn\.Linear decoder.*\.decoder.*W_dec.*\(m, d\)"):
+        SAEDecoderAdapter.from_torch(torch.nn.ReLU())
+    with pytest.raises(ValueError, match="b_dec must have shape"):
+        SAEDecoderAdapter(np.ones((4, 12)), np.ones(3))
+    with pytest.raises(ValueError, match="last dimension m=12"):
+        adapter.decode(np.ones((2, 4)))
+
+
+@pytest.mark.parametrize("form", ["adapter", "linear", "decoder", "W_dec"])
+def test_fit_accepts_an_adapter_or_torch_sae_as_D(form):
+    D, _, deltas = _small_problem()
+    D = np.asfortranarray(D.astype(np.float32))
+    deltas = deltas.astype(np.float32)
+    b = np.zeros(D.shape[0], dtype=np.float32)
+    decoder = (SAEDecoderAdapter.from_arrays(D, b) if form == "adapter"
+               else _torch_saes(D, b)[form])
+    for params in ({"support": "fixed_k", "k": 3}, {"cv": 2, "n_alphas": 10, "rng": 0}):
+        ref = SRLS(**params).fit(D, deltas)
+        est = SRLS(**params).fit(decoder, deltas)
+        np.testing.assert_array_equal(est.support_, ref.support_)
+        np.testing.assert_array_equal(est.coef_, ref.coef_)
+        np.testing.assert_array_equal(est.steering_vector_, ref.steering_vector_)
+    delta, _ = srls_steering_vector(decoder, deltas, support="fixed_k", k=3)
+    np.testing.assert_array_equal(np.flatnonzero(delta), [2, 9, 30])
+
+
+def test_fit_rejects_other_objects_as_D():
+    _, _, deltas = _small_problem()
+    with pytest.raises(TypeError, match=r"D must be a \(d, m\) array.*SAEDecoderAdapter"):
+        SRLS().fit(object(), deltas)
