@@ -502,8 +502,13 @@ class SRLS:
             v = torch.as_tensor(self.steering_vector_, dtype=H.dtype, device=H.device)
             add = strength * v
             if token_mask is not None:
-                mask = torch.as_tensor(token_mask, device=H.device).to(H.dtype)
-                add = mask[..., None] * add
+                mask = torch.as_tensor(token_mask, device=H.device)
+                try:
+                    torch.broadcast_shapes(mask.shape, H.shape[:-1])
+                except RuntimeError as exc:
+                    raise ValueError(f"token_mask of shape {tuple(mask.shape)} does not broadcast "
+                                     f"to {tuple(H.shape[:-1])}") from exc
+                add = mask.to(H.dtype)[..., None] * add
             return H + add
         H = check_array(H, "H")
         add = strength * self.steering_vector_.astype(H.dtype)
@@ -521,6 +526,9 @@ class SRLS:
 
 def srls_steering_vector(D: Any, deltas: Any, groups: Any = None, **kwargs: Any):
     """Fit :class:`SRLS` and return ``(delta (m,), v (d,))`` (``coef_``, ``steering_vector_``).
+
+    ``D`` and ``deltas`` as in :meth:`SRLS.fit`: the decoder (d, m) (or an adapter / torch SAE)
+    and one row per prompt pair, (n_pairs, d).
 
     Examples
     --------

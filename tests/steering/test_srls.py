@@ -130,6 +130,8 @@ def test_transform_numpy_and_torch(spec_design):
         est.transform(H[..., :3], 1.0)
     with pytest.raises(ValueError, match="token_mask"):
         est.transform(H, 1.0, token_mask=np.ones((3, 5), dtype=bool))
+    with pytest.raises(ValueError, match="token_mask"):
+        est.transform(Ht, 1.0, token_mask=torch.ones((3, 5), dtype=torch.bool))
 
 
 def test_affine_decoder_fact():
