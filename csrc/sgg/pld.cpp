@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "sgg/sgg.hpp"
@@ -8,22 +9,26 @@ namespace rml::sgg {
 
 namespace {
 
-// Suffix sums, each relative to its own bucket so that nothing over- or underflows however
-// wide the support (an n-fold composition can span thousands of nats):
-//   s1_j = sum_{i>=j} p_i,   t_j = sum_{i>=j} p_i e^{l_j - l_i} = p_j + e^{-h} t_{j+1}
-// (both with a trailing 0). Every term of t is at most p_i, so t_j <= s1_j <= 1. The
-// factor e^{-h} is rounded down, which can only lower t and so raise every delta read
-// out below (pessimistic); its relative error over the ~1/h buckets that matter is ~1e-12.
-void suffix_sums(const double* pmf, std::int64_t n, double h, std::vector<double>& s1,
-                 std::vector<double>& t) {
+// Two suffix sums, each relative to its own bucket so that nothing over- or underflows
+// however wide the support (an n-fold composition can span thousands of nats), and each a
+// sum of non-negative terms so that the read-outs do not cancel:
+//   t_j = sum_{i>=j} p_i e^{l_j - l_i}        = p_j + e^{-h} t_{j+1},
+//   u_j = sum_{i>j} p_i (1 - e^{l_j - l_i})   = (1 - e^{-h}) s_{j+1} + e^{-h} u_{j+1},
+// with s_j = sum_{i>=j} p_i (u_j is delta(l_j) without the mass at +inf). For
+// eps = l_j - y, 0 <= y <= h: delta(eps) = u_j + (1 - e^{-y}) t_j + p_inf.
+void suffix_sums(const double* pmf, std::int64_t n, double h, std::vector<double>& t,
+                 std::vector<double>& u) {
   const auto un = static_cast<std::size_t>(n);
-  s1.assign(un + 1, 0.0);
   t.assign(un + 1, 0.0);
-  const double decay = std::nextafter(std::exp(-h), 0.0);
+  u.assign(un + 1, 0.0);
+  const double decay = std::exp(-h);
+  const double gap = -std::expm1(-h);
+  double s = 0.0;  // s_{j+1}
   for (std::int64_t i = n - 1; i >= 0; --i) {
-    const auto u = static_cast<std::size_t>(i);
-    s1[u] = s1[u + 1] + pmf[i];
-    t[u] = pmf[i] + decay * t[u + 1];
+    const auto k = static_cast<std::size_t>(i);
+    t[k] = pmf[i] + decay * t[k + 1];
+    u[k] = gap * s + decay * u[k + 1];
+    s += pmf[i];
   }
 }
 
@@ -41,16 +46,16 @@ std::int64_t first_above(double e, std::int64_t n, std::int64_t lower, double h)
 
 void pld_delta_for_eps(double* out, const double* eps, std::int64_t nq, const double* pmf,
                        std::int64_t n, std::int64_t lower, double h, double inf_mass) {
-  std::vector<double> s1, t;
-  suffix_sums(pmf, n, h, s1, t);
+  std::vector<double> t, u;
+  suffix_sums(pmf, n, h, t, u);
   for (std::int64_t q = 0; q < nq; ++q) {
     const double e = eps[q];
     const std::int64_t j = first_above(e, n, lower, h);
     double val = 0.0;
     if (j < n) {
-      // sum_{i>=j} p_i (1 - e^{e - l_i}) = s1_j - e^{e - l_j} t_j with e - l_j < 0.
-      const auto u = static_cast<std::size_t>(j);
-      val = s1[u] - std::exp(e - static_cast<double>(lower + j) * h) * t[u];
+      const auto k = static_cast<std::size_t>(j);
+      const double y = static_cast<double>(lower + j) * h - e;  // > 0
+      val = u[k] - std::expm1(-y) * t[k];
     }
     out[q] = std::max(val, 0.0) + inf_mass;
   }
@@ -58,38 +63,35 @@ void pld_delta_for_eps(double* out, const double* eps, std::int64_t nq, const do
 
 void pld_epsilon_for_delta(double* out, const double* delta, std::int64_t nq, const double* pmf,
                            std::int64_t n, std::int64_t lower, double h, double inf_mass) {
-  std::vector<double> s1, t;
-  suffix_sums(pmf, n, h, s1, t);
-  const double decay_up = std::exp(-h);
-  // delta at l_k (atoms i >= k + 1), evaluated where the binary search probes it.
-  auto d_grid = [&](std::int64_t k) {
-    const auto u = static_cast<std::size_t>(k);
-    const double v = k == n - 1 ? 0.0 : s1[u + 1] - decay_up * t[u + 1];
-    return std::max(v, 0.0) + inf_mass;
-  };
+  std::vector<double> t, u;
+  suffix_sums(pmf, n, h, t, u);
   for (std::int64_t q = 0; q < nq; ++q) {
     const double target = delta[q];
     if (inf_mass > target) {
       out[q] = INFINITY;
       continue;
     }
-    std::int64_t lo = 0, hi = n;  // first k with d_grid[k] <= target
+    std::int64_t lo = 0, hi = n;  // first k with delta(l_k) = u_k + p_inf <= target
     while (lo < hi) {
       const std::int64_t mid = lo + (hi - lo) / 2;
-      if (d_grid(mid) > target) lo = mid + 1; else hi = mid;
+      if (u[static_cast<std::size_t>(mid)] + inf_mass > target) lo = mid + 1; else hi = mid;
     }
     const std::int64_t k = std::min(lo, n - 1);
-    const auto u = static_cast<std::size_t>(k);
+    const auto uk = static_cast<std::size_t>(k);
     const double lk = static_cast<double>(lower + k) * h;
-    // In (l_{k-1}, l_k]: delta(eps) = s1_k + p_inf - e^{eps - l_k} t_k.
-    const double rest = s1[u] + inf_mass - target;
-    double eps;
-    if (t[u] <= 0.0 || rest <= 0.0) {
-      eps = k > 0 ? static_cast<double>(lower + k - 1) * h : 0.0;
+    // In [l_{k-1}, l_k]: u_k + (1 - e^{-y}) t_k + p_inf = target, eps = l_k - y.
+    const double r = t[uk] > 0.0 ? (target - inf_mass - u[uk]) / t[uk] : 1.0;
+    double e;
+    if (r >= 1.0) {
+      e = k > 0 ? lk - h : -INFINITY;
     } else {
-      eps = std::min(lk + std::log(rest / t[u]), lk);
+      e = lk + std::log1p(-std::max(r, 0.0));
+      if (k > 0) e = std::max(e, lk - h);
     }
-    out[q] = std::max(eps, 0.0);
+    // Round up by a few ulps: near an atom delta falls steeply in eps, and the rounding of
+    // eps itself must not leave delta(eps) above the target.
+    e = std::min(e + 4.0 * std::numeric_limits<double>::epsilon() * std::max(std::fabs(lk), 1.0), lk);
+    out[q] = std::max(e, 0.0);
   }
 }
 

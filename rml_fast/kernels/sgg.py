@@ -607,31 +607,33 @@ def pld_delta_for_epsilon(
 def _pld_suffix_sums(
     pmf: np.ndarray, lower_index: int, h: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Losses ``l_i`` and the suffix sums ``s1_i = sum_{j>=i} p_j`` and
-    ``t_i = sum_{j>=i} p_j exp(l_i - l_j)`` (each with a trailing 0) that both read-outs use.
+    """Losses ``l_i`` and the suffix sums that both read-outs use (each with a trailing 0):
+    ``t_i = sum_{j>=i} p_j e^{l_i - l_j}`` and ``u_i = sum_{j>i} p_j (1 - e^{l_i - l_j})``.
 
-    ``t`` is relative to its own bucket (``t_i = p_i + e^{-h} t_{i+1}``, an IIR filter), so
-    neither sum over- or underflows however wide the support; ``e^{-h}`` is rounded down
-    (this can only raise the deltas read out: pessimistic).
+    Both are relative to their own bucket (IIR filters ``t_i = p_i + e^{-h} t_{i+1}``,
+    ``u_i = (1 - e^{-h}) s_{i+1} + e^{-h} u_{i+1}`` with ``s`` the suffix sums of ``p``), so
+    nothing over- or underflows however wide the support, and sums of non-negative terms,
+    so ``delta(l_i - y) = u_i + (1 - e^{-y}) t_i + p_inf`` does not cancel.
     """
     from scipy.signal import lfilter
 
     losses = (lower_index + np.arange(pmf.size)) * h
-    decay = float(np.nextafter(math.exp(-h), 0.0))
-    s1 = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
+    decay = math.exp(-h)
+    s = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])
     t = np.concatenate([lfilter([1.0], [1.0, -decay], pmf[::-1])[::-1], [0.0]])
-    return losses, s1, t
+    u = np.concatenate([lfilter([1.0], [1.0, -decay], -math.expm1(-h) * s[:0:-1])[::-1], [0.0]])
+    return losses, t, u
 
 
 def pld_delta_for_epsilon_reference(
     pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, epsilon: np.ndarray
 ) -> np.ndarray:
     """NumPy twin of :func:`pld_delta_for_epsilon` (suffix sums + searchsorted)."""
-    losses, s1, t = _pld_suffix_sums(pmf, lower_index, h)
+    losses, t, u = _pld_suffix_sums(pmf, lower_index, h)
     j = np.searchsorted(losses, epsilon, side="right")
     jc = np.minimum(j, losses.size - 1)
-    # sum_{i>=j} p_i (1 - e^{eps - l_i}) = s1_j - e^{eps - l_j} t_j with eps - l_j < 0
-    val = s1[j] - np.exp(np.minimum(epsilon - losses[jc], 0.0)) * t[j]
+    y = losses[jc] - epsilon  # > 0 where j < n
+    val = u[j] - np.expm1(-np.maximum(y, 0.0)) * t[j]
     val = np.where(j >= losses.size, 0.0, val)
     return np.maximum(val, 0.0) + infinity_mass
 
@@ -691,23 +693,25 @@ def pld_epsilon_for_delta_reference(
     pmf: np.ndarray, lower_index: int, h: float, infinity_mass: float, delta: np.ndarray
 ) -> np.ndarray:
     """NumPy twin of :func:`pld_epsilon_for_delta`."""
-    losses, s1, t = _pld_suffix_sums(pmf, lower_index, h)
-    d_grid = s1[1:] - math.exp(-h) * t[1:]
-    d_grid[-1] = 0.0
-    d_grid = np.maximum(d_grid, 0.0) + infinity_mass
+    losses, t, u = _pld_suffix_sums(pmf, lower_index, h)
+    d_grid = u[:-1] + infinity_mass  # delta(l_k), non-increasing
     out = np.empty(delta.shape, dtype=np.float64)
     for n, target in enumerate(delta.ravel()):
         if infinity_mass > target:
             out.flat[n] = math.inf
             continue
-        # first k with d_grid[k] <= target: eps lies in (l_{k-1}, l_k], atoms i >= k above it,
-        # where delta(eps) = s1_k + p_inf - e^{eps - l_k} t_k
+        # first k with d_grid[k] <= target: eps = l_k - y in [l_{k-1}, l_k] with
+        # u_k + (1 - e^{-y}) t_k + p_inf = target
         k = min(int(np.searchsorted(-d_grid, -target, side="left")), losses.size - 1)
-        rest = s1[k] + infinity_mass - target
-        if t[k] <= 0.0 or rest <= 0.0:
-            eps = losses[k - 1] if k > 0 else 0.0
+        r = (target - infinity_mass - u[k]) / t[k] if t[k] > 0.0 else 1.0
+        if r >= 1.0:
+            eps = losses[k] - h if k > 0 else -math.inf
         else:
-            eps = min(losses[k] + math.log(rest / t[k]), losses[k])
+            eps = losses[k] + math.log1p(-max(r, 0.0))
+            if k > 0:
+                eps = max(eps, losses[k] - h)
+        # round up by a few ulps (delta falls steeply near an atom; see the C++ kernel)
+        eps = min(eps + 4.0 * np.finfo(np.float64).eps * max(abs(losses[k]), 1.0), losses[k])
         out.flat[n] = max(eps, 0.0)
     return out
 

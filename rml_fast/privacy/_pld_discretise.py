@@ -171,12 +171,13 @@ def _connect_dots_delta(delta: np.ndarray, grid: np.ndarray, i_lo: int, h: float
     # Round-off (or quadrature noise) can make the T_j non-monotone; raising each T_j to the
     # maximum of those to its right restores convexity and only raises D (pessimistic). In the
     # scaled slopes: M_j <- max_{k>=j} M_k e^{-(k-j) h}, done in log space (no overflow).
-    k = np.arange(n + 1, dtype=np.float64) * h
-    with np.errstate(divide="ignore"):
-        w = np.log(m) - k
-    wmax = np.maximum.accumulate(w[::-1])[::-1]
-    raise_ = wmax > w
-    if raise_.any():
+    # The local condition M_j >= e^{-h} M_{j+1} everywhere implies the global one.
+    if (m[:-1] < math.exp(-h) * m[1:]).any():
+        k = np.arange(n + 1, dtype=np.float64) * h
+        with np.errstate(divide="ignore"):
+            w = np.log(m) - k
+        wmax = np.maximum.accumulate(w[::-1])[::-1]
+        raise_ = wmax > w
         m = np.where(raise_, np.exp(wmax + k), m)
     pmf = np.maximum((m[:-1] - math.exp(-h) * m[1:]) / one_minus, 0.0)
     p, lower = _trim(pmf, i_lo)
@@ -368,22 +369,27 @@ def _gaussian_hockey(eps: np.ndarray, mu: float) -> np.ndarray:
     ``Phi(-u) >= 1/2`` and the second term is taken through ``log_ndtr``.
     """
     eps = np.asarray(eps, dtype=np.float64)
+    flat = eps.ravel()
     s = math.sqrt(2.0 * mu)
-    u = (eps - mu) / s
-    v = (eps + mu) / s
     r2 = math.sqrt(2.0)
-    pos = u >= 0.0
+    out = np.empty_like(flat)
+    pos = flat >= mu
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        up = np.where(pos, u, 0.0)
-        tail = 0.5 * np.exp(-0.5 * up * up) * (
-            special.erfcx(up / r2) - special.erfcx(np.where(pos, v, 0.0) / r2)
-        )
-        un = np.where(pos, -1.0, u)
-        # eps + ln Phi(-v) <= ln Phi(-u) <= 0: no overflow
-        body = special.ndtr(-un) - np.exp(
-            np.where(pos, 0.0, eps) + special.log_ndtr(-np.where(pos, 0.0, v))
-        )
-    out = np.where(pos, tail, body)
+        e = flat[pos]
+        u, v = (e - mu) / s, (e + mu) / s
+        out[pos] = 0.5 * np.exp(-0.5 * u * u) * (special.erfcx(u / r2) - special.erfcx(v / r2))
+        neg = ~pos
+        e = flat[neg]
+        u, v = (e - mu) / s, (e + mu) / s
+        # e^eps Phi(-v): plainly where neither factor leaves the float range, else through
+        # eps + ln Phi(-v) <= ln Phi(-u) <= 0 (no overflow)
+        plain = (e <= 700.0) & (v <= 30.0)
+        second = np.empty_like(e)
+        second[plain] = np.exp(e[plain]) * special.ndtr(-v[plain])
+        far = ~plain
+        second[far] = np.exp(e[far] + special.log_ndtr(-v[far]))
+        out[neg] = special.ndtr(-u) - second
+    out = out.reshape(eps.shape)
     return np.clip(out, np.maximum(-np.expm1(np.minimum(eps, 0.0)), 0.0), 1.0)
 
 
