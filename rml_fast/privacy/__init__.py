@@ -11,6 +11,8 @@ __all__ = ["PLDAccountant", "PrivacyLossDistribution", "SGGMechanism", "optimal_
 # pull in torch (and the estimators scikit-learn) until they are used.
 _LAZY = {
     "ClippingEngine": "rml_fast.privacy.clipping",
+    "NonFiniteGradientError": "rml_fast.privacy.clipping",
+    "per_sample_losses": "rml_fast.privacy.clipping",
     "clip_and_accumulate": "rml_fast.privacy.clipping",
     "coupled_norms": "rml_fast.privacy.clipping",
     "per_sample_grad_norms": "rml_fast.privacy.clipping",

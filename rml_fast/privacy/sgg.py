@@ -528,8 +528,11 @@ def _torch_float_dtypes() -> tuple[Any, ...]:
 
 def _gaussian_delta(eps: float, std: float, sens: float) -> float:
     """Balle & Wang (2018): delta(eps) = Phi(D/2s - eps s/D) - e^eps Phi(-D/2s - eps s/D)."""
-    a, b = sens / (2 * std), eps * std / sens
-    return float(special.ndtr(a - b) - math.exp(eps) * special.ndtr(-a - b))
+    from rml_fast.privacy._pld_discretise import _gaussian_hockey
+
+    # mu = (sens/std)^2 / 2: the same curve without e^eps overflowing past eps ~ 709 and
+    # without the cancellation of the plain formula.
+    return float(_gaussian_hockey(np.asarray([eps]), 0.5 * (sens / std) ** 2)[0])
 
 
 def _gaussian_std(eps: float, delta: float, sens: float) -> float:

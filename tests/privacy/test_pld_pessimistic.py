@@ -367,8 +367,22 @@ def test_sgg_members_match_dp_accounting(log_std, count, log_delta):
 # --- training: the noise calibrated for a huge target epsilon ------------------------------
 
 
+def test_privacy_spent_at_the_issue_sigma_is_the_exact_epsilon():
+    """Issue 27: sigma = 0.045, q = 0.1, 10 steps (what make_private_dpc4 picked for a target of
+    1e4) was reported as 708.7 (a clamp at 700 nats); the exact epsilon is ~1597.24."""
+    from rml_fast.privacy.dp_c4 import privacy_spent
+
+    sigma, q, steps = 0.045, 0.1, 10
+    reported = privacy_spent(sigma, q, steps, 1e-5)
+    exact = epsilon_from(lambda e: subsampled_delta_large_loss(e, sigma, q, steps), 1e-5)
+    assert exact * (1 - RT) <= reported <= exact * (1 + 1e-5)
+    assert reported > 1500
+
+
 @pytest.mark.slow
 def test_make_private_dpc4_huge_target_reports_an_upper_bound():
+    # target 1e3 (above the old 700-nat clamp) rather than the issue's 1e4: the calibration
+    # bisects over PLDs of ~10^7 buckets at h = 1e-4, ~50 s here against ~110 s for 1e4.
     torch = pytest.importorskip("torch")
     from torch import nn
 
@@ -382,17 +396,17 @@ def test_make_private_dpc4_huge_target_reports_an_upper_bound():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 2)).double()
     _, opt, private_loader = make_private_dpc4(
-        model, {"lr": 0.1, "seed": 0}, loader, target_epsilon=1e4, target_delta=1e-5, epochs=1,
+        model, {"lr": 0.1, "seed": 0}, loader, target_epsilon=1e3, target_delta=1e-5, epochs=1,
         generator=torch.Generator().manual_seed(0),
     )
     sigma, q = opt.noise_multiplier, opt.sample_rate
     steps = len(private_loader.batch_sampler)
     reported = privacy_spent(sigma, q, steps, 1e-5)
-    # The exact epsilon (the noise is small enough for the mixture formula) ...
-    exact = epsilon_from(lambda e: subsampled_delta_large_loss(e, sigma, q, steps), 1e-5)
-    assert exact * (1 - RT) <= reported <= exact * (1 + 1e-5)
-    assert reported <= 1e4  # the calibration target holds under the corrected accountant
-    # ... and dp-accounting's (which is ~1 nat above the exact value here).
+    # The calibration target holds under the corrected accountant, tightly (sigma is the
+    # smallest within rtol = 1e-3); the accountant's pessimism at such losses is checked against
+    # the exact mixture formula in test_privacy_spent_at_the_issue_sigma_is_the_exact_epsilon.
+    assert 1e3 * (1 - 2e-3) <= reported <= 1e3
+    # dp-accounting agrees (it is ~1 nat above the exact value at sigma = 0.045).
     theirs = dpl.from_gaussian_mechanism(
         sigma, value_discretization_interval=1e-4, sampling_prob=q
     ).self_compose(steps)
