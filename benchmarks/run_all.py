@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from rml_fast.cli import _int_at_least
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -37,14 +39,7 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+_positive_int = _int_at_least(1)
 
 
 def parser(suite: str | None = None) -> argparse.ArgumentParser:

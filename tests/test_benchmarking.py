@@ -264,8 +264,8 @@ def test_bench_script_passes_its_arguments(fake_bench, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--repeat", "0"], "argument --repeat: expected a positive integer, got 0"),
-        (["--repeat", "x"], "argument --repeat: expected a positive integer, got 'x'"),
+        (["--repeat", "0"], "argument --repeat: expected an integer >= 1, got 0"),
+        (["--repeat", "x"], "argument --repeat: expected an integer, got 'x'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["random"], "unrecognized arguments: random"),  # a bench script runs its own suite
     ],

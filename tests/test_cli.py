@@ -22,7 +22,7 @@ def test_version(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["bench", "random", "--repeat", "0"], "argument --repeat: expected a positive integer"),
+        (["bench", "random", "--repeat", "0"], "argument --repeat: expected an integer >= 1"),
         (["demo", "np", "--budget", "-5"], "argument --budget: expected finite seconds >= 0"),
         (["demo", "np", "--budget", "nan"], "argument --budget: expected finite seconds >= 0"),
         (["demo", "np", "--baselines", "nope"], "argument --baselines: unknown baseline(s) nope"),
