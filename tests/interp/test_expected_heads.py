@@ -102,20 +102,23 @@ def check_induction_circuits(model, task, n_queries=3):
 
 
 def check_ioi_circuits(model, task, n_queries=3):
-    """Name-mover-like heads exist, and each query circuit (20% density) keeps the strongest
-    one's edge to the logits and an edge into its key or value input (where the names enter;
+    """Name-mover-like heads exist, and each query circuit (20% density) keeps one of them's
+    edge to the logits and an edge into that head's key or value input (where the names enter;
     under the "ABC" corruption they differ only at S2, so these edges may come from layer-0
-    components as well as from the token embedding)."""
+    components as well as from the token embedding). Which of the heads the 16-sample search
+    keeps depends on the trained weights, hence on the CPU's float rounding: with torch / BLAS
+    on their AVX2 kernels the circuits kept another name-mover-like head than the strongest."""
     att_io, att_s, dla = ioi_head_scores(model, task)
     movers = (att_io > NAME_ATTENTION) & (dla > DLA_THRESHOLD)
     suppressors = (att_s > NAME_ATTENTION) & (dla > DLA_THRESHOLD)
     found = movers | suppressors
     assert bool(found.any()), f"no name-mover-like head (att_io {att_io}, att_s {att_s}, dla {dla})"
-    layer, h = divmod(int(torch.where(found, dla, -torch.inf).argmax()), model.cfg.n_heads)
-    top = f"a{layer}.h{h}"
+    heads = _names(found)
     for edges in _query_circuit_edges(model, task, n_queries):
-        assert (top, "logits") in edges, (top, edges)
-        assert any(dst in (f"{top}<k>", f"{top}<v>") for _, dst in edges), (top, edges)
+        kept = [h for h in heads if (h, "logits") in edges]
+        assert kept, (heads, edges)
+        inputs = {f"{h}<k>" for h in kept} | {f"{h}<v>" for h in kept}
+        assert any(dst in inputs for _, dst in edges), (kept, edges)
     return _names(movers), _names(suppressors)
 
 

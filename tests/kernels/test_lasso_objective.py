@@ -66,7 +66,7 @@ def duality_gap(D, Y, coefs, lam):
     return np.maximum(objective(D, Y, coefs, lam) - dual, 0.0)
 
 
-def check_against_reference(D, Y, lams, coefs, gaps, converged, rounded=False):
+def check_against_reference(D, Y, lams, coefs, gaps, converged, rounded=False, native=False):
     D64, Y64 = D.astype(np.float64), Y.astype(np.float64)
     ref = lasso_path_reference(D64, Y64, lams, tol=1e-12)
     ynorm = (Y64 * Y64).sum(0) / (2 * D.shape[0])
@@ -79,8 +79,11 @@ def check_against_reference(D, Y, lams, coefs, gaps, converged, rounded=False):
         gap = duality_gap(D64, Y64, w, lam)
         # The native solver iterates in float64 and reports the gap of that iterate; its
         # float32 output is the iterate rounded to float32 (relative 6e-8), which moves the
-        # gap by up to a few 1e-7 of ||y||^2/2n on these designs (measured: <= 2e-7).
-        slack = 1e-6 if rounded else 1e-12
+        # gap by up to a few 1e-7 of ||y||^2/2n on these designs (measured: <= 2e-7). In
+        # float64 its dual scaling comes from correlations it may bound rather than recompute,
+        # so its gap can sit ~1e-9 of ||y||^2/2n from this recomputation (seen with numpy's
+        # BLAS on its AVX2 kernels); the Triton gaps use this very formula.
+        slack = 1e-6 if rounded else (1e-8 if native else 1e-12)
         assert np.all(np.abs(gaps[ell] - gap) <= slack * ynorm), (ell, (gaps[ell] - gap) / ynorm)
         assert np.all(gaps[ell] <= TOL * ynorm * (1 + 1e-9))
         assert np.all(gap <= (2 if rounded else 1) * TOL * ynorm)
@@ -101,7 +104,7 @@ def test_native_objective_matches_reference(n, m, B, seed, kind, dtype):
     D, Y, lams = make_problem(n, m, B, seed, kind, dtype)
     res = lasso_path(np.asfortranarray(D), Y, lams, tol=TOL, backend="native")
     check_against_reference(D, Y, lams, res.coefs, res.gaps, res.converged,
-                            rounded=dtype == np.float32)
+                            rounded=dtype == np.float32, native=True)
 
 
 # The Triton interpreter is slow: fewer cases. (24, 40, 3, 0), (30, 12, 2, 1), (16, 64, 4, 1),
