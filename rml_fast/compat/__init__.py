@@ -1,0 +1,12 @@
+"""Drop-in front ends for libraries users already run, with rml_fast's kernels inside.
+
+One module per library, each importable on its own (the peer library is imported only by the
+module that needs it):
+
+- :mod:`rml_fast.compat.sklearn`: ``Lasso``, ``LassoCV`` and ``lasso_path`` with
+  scikit-learn's semantics on the native Lasso kernel.
+- :mod:`rml_fast.compat.dp_accounting`: a ``dp_accounting.PrivacyAccountant`` backed by
+  rml_fast's privacy-loss distributions.
+"""
+
+from __future__ import annotations
