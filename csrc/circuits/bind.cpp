@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/arrays.hpp"
 #include "circuits/circuits.hpp"
 
 namespace py = pybind11;
@@ -27,7 +28,7 @@ void run(const py::array& delta, const py::array& mask, const py::array& base, p
          const py::object& need, int n_threads) {
   const py::array& out_c = out;
   for (const py::array* a : {&delta, &base, &out_c}) {
-    if (!a->dtype().is(py::dtype::of<T>())) {
+    if (!rml::has_dtype<T>(*a)) {
       throw py::type_error("delta, base and out must share one float dtype");
     }
   }
@@ -56,14 +57,14 @@ void run(const py::array& delta, const py::array& mask, const py::array& base, p
   if (!ln_w.is_none()) {
     w_arr = ln_w.cast<py::array>();
     check_c(w_arr, "ln_w", 1);
-    if (!w_arr.dtype().is(py::dtype::of<T>())) throw py::type_error("ln_w: expected delta's dtype");
+    if (!rml::has_dtype<T>(w_arr)) throw py::type_error("ln_w: expected delta's dtype");
     d_row = static_cast<std::int64_t>(w_arr.shape(0));
     if (d_row < 1 || k % d_row != 0) throw py::value_error("ln_w: its length must divide K");
     w_ptr = static_cast<const T*>(w_arr.data());
     if (!ln_b.is_none()) {
       b_arr = ln_b.cast<py::array>();
       check_c(b_arr, "ln_b", 1);
-      if (!b_arr.dtype().is(py::dtype::of<T>())) {
+      if (!rml::has_dtype<T>(b_arr)) {
         throw py::type_error("ln_b: expected delta's dtype");
       }
       if (b_arr.shape(0) != w_arr.shape(0)) throw py::value_error("ln_b: expected ln_w's length");
@@ -78,7 +79,7 @@ void run(const py::array& delta, const py::array& mask, const py::array& base, p
   if (!need.is_none()) {
     need_arr = need.cast<py::array>();
     check_c(need_arr, "need", 2);
-    if (!need_arr.dtype().is(py::dtype::of<std::uint8_t>())) {
+    if (!rml::has_dtype<std::uint8_t>(need_arr)) {
       throw py::type_error("need: expected dtype uint8");
     }
     if (need_arr.shape(0) != n || need_arr.shape(1) != j) {
@@ -107,12 +108,12 @@ void register_circuits(py::module_ m) {
         check_c(mask, "mask", 3);
         check_c(base, "base", 2);
         check_c(out, "out", 3);
-        if (!mask.dtype().is(py::dtype::of<std::uint8_t>())) {
+        if (!rml::has_dtype<std::uint8_t>(mask)) {
           throw py::type_error("mask: expected dtype uint8");
         }
-        if (delta.dtype().is(py::dtype::of<float>())) {
+        if (rml::has_dtype<float>(delta)) {
           run<float>(delta, mask, base, out, source_first, ln_w, ln_b, eps, need, n_threads);
-        } else if (delta.dtype().is(py::dtype::of<double>())) {
+        } else if (rml::has_dtype<double>(delta)) {
           run<double>(delta, mask, base, out, source_first, ln_w, ln_b, eps, need, n_threads);
         } else {
           throw py::type_error("delta: expected dtype float32 or float64");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/arrays.hpp"
 #include "clip/clip.hpp"
 
 namespace py = pybind11;
@@ -13,7 +14,7 @@ namespace {
 
 template <typename T>
 const T* cview(const py::array& a, const char* name, py::ssize_t ndim) {
-  if (!a.dtype().is(py::dtype::of<T>())) {
+  if (!rml::has_dtype<T>(a)) {
     throw py::type_error(std::string(name) + ": expected dtype " +
                          std::string(py::str(py::dtype::of<T>())) + ", got " +
                          std::string(py::str(a.dtype())));
@@ -90,7 +91,7 @@ void acc_impl(const py::array& A, const py::array& D, const py::array& w, std::i
                                         noise_std, seed, offset, fn);
 }
 
-bool is_f32(const py::array& a) { return a.dtype().is(py::dtype::of<float>()); }
+bool is_f32(const py::array& a) { return rml::has_dtype<float>(a); }
 
 }  // namespace
 

@@ -10,10 +10,17 @@ namespace rml {
 
 namespace py = pybind11;
 
+// Whether a's dtype is T's: by equivalence, not object identity (an unpickled or memory-mapped
+// float64 array carries an equal dtype that is a different object).
+template <typename T>
+bool has_dtype(const py::array& a) {
+  return a.dtype().equal(py::dtype::of<T>());
+}
+
 // A writable, C-contiguous, one-dimensional array of T; raises ValueError/TypeError otherwise.
 template <typename T>
 T* writable_vector(py::array& a, const char* name) {
-  if (!py::isinstance<py::array_t<T>>(a) || !a.dtype().is(py::dtype::of<T>())) {
+  if (!py::isinstance<py::array_t<T>>(a) || !rml::has_dtype<T>(a)) {
     throw py::type_error(std::string(name) + ": expected dtype " +
                          std::string(py::str(py::dtype::of<T>())) + ", got " +
                          std::string(py::str(a.dtype())));

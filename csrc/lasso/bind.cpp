@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "common/arrays.hpp"
 #include "lasso/lasso.hpp"
 
 namespace py = pybind11;
@@ -87,12 +88,12 @@ py::tuple path(const py::array& X, const py::array& Y, const py::array_t<double>
   opt.working_set = working_set;
   opt.n_threads = n_threads;
   opt.reuse_corr = reuse_corr;
-  if (X.dtype().is(py::dtype::of<double>())) {
-    require(Y.dtype().is(py::dtype::of<double>()), "Y: expected the dtype of X (float64)");
+  if (rml::has_dtype<double>(X)) {
+    require(rml::has_dtype<double>(Y), "Y: expected the dtype of X (float64)");
     return run_path<double>(X, Y, lambdas, col_norm2, warm_start, opt);
   }
-  if (X.dtype().is(py::dtype::of<float>())) {
-    require(Y.dtype().is(py::dtype::of<float>()), "Y: expected the dtype of X (float32)");
+  if (rml::has_dtype<float>(X)) {
+    require(rml::has_dtype<float>(Y), "Y: expected the dtype of X (float32)");
     return run_path<float>(X, Y, lambdas, col_norm2, warm_start, opt);
   }
   throw py::type_error("X: expected float32 or float64, got " + std::string(py::str(X.dtype())));
@@ -115,8 +116,8 @@ py::tuple run_col_norm2(const py::array& X, int n_threads) {
 py::tuple col_norm2(const py::array& X, int n_threads) {
   require(X.ndim() == 2, "X: expected a 2-D array (n, m)");
   require((X.flags() & py::array::f_style) != 0, "X: expected a Fortran-contiguous array");
-  if (X.dtype().is(py::dtype::of<double>())) return run_col_norm2<double>(X, n_threads);
-  if (X.dtype().is(py::dtype::of<float>())) return run_col_norm2<float>(X, n_threads);
+  if (rml::has_dtype<double>(X)) return run_col_norm2<double>(X, n_threads);
+  if (rml::has_dtype<float>(X)) return run_col_norm2<float>(X, n_threads);
   throw py::type_error("X: expected float32 or float64, got " + std::string(py::str(X.dtype())));
 }
 

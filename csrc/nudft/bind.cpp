@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/arrays.hpp"
 #include "nudft/nudft.hpp"
 #include "nudft/row_fft.hpp"
 
@@ -35,7 +36,7 @@ Grid make_grid(const std::vector<std::int64_t>& K, const std::vector<double>& dx
 
 template <typename T>
 const T* in_view(const py::array& a, const char* name, const std::vector<py::ssize_t>& shape) {
-  if (!a.dtype().is(py::dtype::of<T>())) {
+  if (!rml::has_dtype<T>(a)) {
     throw py::type_error(std::string(name) + ": expected dtype " +
                          std::string(py::str(py::dtype::of<T>())) + ", got " +
                          std::string(py::str(a.dtype())));
@@ -175,7 +176,7 @@ void interp_impl(const py::array& x, const py::array& g, const rml::nudft::FineG
   rml::nudft::interp<T>(xp, gp, B, M, O, fg, yp);
 }
 
-bool is_f64(const py::array& a) { return a.dtype().is(py::dtype::of<double>()); }
+bool is_f64(const py::array& a) { return rml::has_dtype<double>(a); }
 
 // Whether a holds std::complex<T>, by kind and size (numpy hands out equal complex dtypes as
 // distinct objects, e.g. scipy's fft output, so an identity check is not enough).

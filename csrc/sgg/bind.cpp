@@ -33,7 +33,7 @@ void sample_into(py::array out, std::int64_t n, std::int64_t dim, double sigma, 
 }
 
 const double* readonly_vector(const py::array& a, const char* name) {
-  if (!a.dtype().is(py::dtype::of<double>())) {
+  if (!rml::has_dtype<double>(a)) {
     throw py::type_error(std::string(name) + ": expected float64, got " + std::string(py::str(a.dtype())));
   }
   if (a.ndim() != 1) throw py::value_error(std::string(name) + ": expected a 1-D array");
@@ -54,7 +54,7 @@ void register_sgg(py::module_ m) {
          std::uint64_t seed, std::uint64_t offset) {
         check_params(dim, sigma, k, p);
         if (n < 0) throw py::value_error("n must be >= 0");
-        if (out.dtype().is(py::dtype::of<float>())) {
+        if (rml::has_dtype<float>(out)) {
           sample_into<float>(std::move(out), n, dim, sigma, k, p, seed, offset);
         } else {
           sample_into<double>(std::move(out), n, dim, sigma, k, p, seed, offset);
