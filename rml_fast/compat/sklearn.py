@@ -180,10 +180,6 @@ def _solve_path(
 
     ``alphas`` must be non-increasing and positive.
     """
-    # The native binding compares dtype objects by identity: an unpickled (memmapped) array
-    # carries an equal but distinct float64 dtype instance; view it with the canonical one.
-    Xc = Xc.view(np.dtype(Xc.dtype.char))
-    Y = Y.view(np.dtype(Y.dtype.char))
     with warnings.catch_warnings():
         # re-emitted below as the class that subclasses scikit-learn's
         warnings.simplefilter("ignore", _RmlConvergenceWarning)
