@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+    from sklearn.utils.multiclass import check_classification_targets
+    from sklearn.utils.validation import check_is_fitted, validate_data
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "DPC4Classifier/DPC4Regressor need scikit-learn: pip install scikit-learn"
     ) from exc
 
-from rml_fast._validation import Interval, check_array, check_rng, check_scalar
+from rml_fast._validation import Interval, check_rng, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER, normal, seed_from_rng
 from rml_fast.privacy.clipping import NonFiniteGradientError
 from rml_fast.privacy.dp_c4 import (
@@ -39,6 +41,9 @@ __all__ = ["DPC4Classifier", "DPC4Regressor"]
 _POS = Interval("real", 0.0, None, "neither")
 _NONNEG = Interval("real", 0.0, None, "left")
 _FRACTION = Interval("real", 0.0, 1.0, "neither")
+#: the batch size ``batch_size="auto"`` asks for; smaller data sets get full batches (``q = 1``)
+AUTO_BATCH_SIZE = 64
+_DTYPES = [np.float64, np.float32]
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -52,6 +57,9 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 class _DPC4Linear(BaseEstimator):
     _loss = "squared"
+    #: scikit-learn checks (``check_estimator`` / ``parametrize_with_checks``) this estimator
+    #: is known to fail, with the reason; passed as ``expected_failed_checks``.
+    _expected_failed_checks: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self,
@@ -59,7 +67,7 @@ class _DPC4Linear(BaseEstimator):
         epsilon: float = 1.0,
         delta: float | None = None,
         epochs: int = 10,
-        batch_size: int = 64,
+        batch_size: int | str = "auto",
         lr: float = 0.1,
         alpha: float = 1e-3,
         anchor_clip: float = 1.0,
@@ -116,7 +124,7 @@ class _DPC4Linear(BaseEstimator):
             "epsilon": check_scalar(self.epsilon, "epsilon", _POS),
             "delta": check_scalar(delta, "delta", _FRACTION),
             "epochs": check_scalar(self.epochs, "epochs", Interval("int", 1, None)),
-            "batch_size": check_scalar(self.batch_size, "batch_size", Interval("int", 1, n)),
+            "batch_size": self._batch_size(n),
             "lr": check_scalar(self.lr, "lr", _POS),
             "alpha": check_scalar(self.alpha, "alpha", _NONNEG),
             "anchor_clip": check_scalar(self.anchor_clip, "anchor_clip", _POS),
@@ -134,6 +142,26 @@ class _DPC4Linear(BaseEstimator):
         if self.noise_multiplier is not None:
             check_scalar(self.noise_multiplier, "noise_multiplier", _NONNEG)
         return v
+
+    def _batch_size(self, n: int) -> int:
+        """The expected batch size for ``n`` samples: ``min(64, n)`` for ``"auto"``."""
+        if isinstance(self.batch_size, str):
+            if self.batch_size != "auto":
+                raise ValueError(f"batch_size must be 'auto' or an int in [1, {n}] (n_samples), "
+                                 f"got {self.batch_size!r}")
+            return min(AUTO_BATCH_SIZE, n)
+        return check_scalar(self.batch_size, "batch_size", Interval("int", 1, n))
+
+    def _validate_X_y(self, X: Any, y: Any, *, y_numeric: bool) -> tuple[np.ndarray, np.ndarray]:
+        """scikit-learn's input validation; at least 2 samples (the default ``delta = 1/n``)."""
+        return validate_data(self, X, y, dtype=_DTYPES, y_numeric=y_numeric, ensure_min_samples=2)
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn tags: dense real input, one target."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        tags.target_tags.multi_output = False
+        return tags
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
         """``y`` of shape (n, K): K = 1 (binary logistic, squared) or one-hot (softmax)."""
@@ -236,10 +264,8 @@ class _DPC4Linear(BaseEstimator):
             self.coef_, self.intercept_ = W.T.copy(), b.copy()
 
     def _decision(self, X: Any) -> np.ndarray:
-        X = check_array(X, "X", ndim=2)
-        n_features = self.coef_.shape[-1]
-        if X.shape[1] != n_features:
-            raise ValueError(f"X must have {n_features} features, got {X.shape[1]}")
+        check_is_fitted(self, "coef_")
+        X = validate_data(self, X, dtype=_DTYPES, reset=False)
         return X @ self.coef_.T + self.intercept_
 
 
@@ -270,8 +296,12 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
     epsilon : float, default=1.0
     delta : float, optional
         Default ``1 / n``.
-    epochs, batch_size : int, default=10, 64
-        ``T = epochs * round(n / batch_size)`` steps with rate ``q = batch_size / n``.
+    epochs : int, default=10
+    batch_size : int or "auto", default="auto"
+        Expected batch size: ``T = epochs * round(n / batch_size)`` Poisson-sampled steps with
+        rate ``q = batch_size / n``. ``"auto"`` is ``min(64, n)`` (64 before; a data set of
+        fewer than 64 rows is now trained with full batches, ``q = 1``, no subsampling
+        amplification, and the noise is calibrated for it). An int must be in ``[1, n]``.
     lr, alpha : float, default=0.1, 1e-3
     anchor_clip, anchor_clip_growth, drift_clip_scale, threshold_shift, anchor_budget_fraction, beta0,
     beta_power, stability_floor, lr_decay_steps, algorithm
@@ -293,6 +323,12 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
     classes_ : ndarray of shape (n_classes,)
     noise_multiplier_, epsilon_, delta_, sample_rate_ : float
     n_iter_ : int
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` has string column names (a DataFrame).
+
+    Raises ``NotFittedError`` from the prediction methods before :meth:`fit`. Passes
+    scikit-learn's ``check_estimator`` (``tests/test_estimator_checks.py``).
 
     Examples
     --------
@@ -314,10 +350,8 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         ``noise_multiplier`` is given), runs ``T`` Poisson-sampled DP-C4 (or DP-SGD) steps and
         sets ``coef_``, ``intercept_``, ``classes_`` and the privacy attributes. Returns self.
         """
-        X = check_array(X, "X", ndim=2)
-        y = np.asarray(y)
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        X, y = self._validate_X_y(X, y, y_numeric=False)
+        check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         K = self.classes_.shape[0]
         if K < 2:
@@ -374,10 +408,7 @@ class DPC4Regressor(RegressorMixin, _DPC4Linear):
 
         Calibration, steps and attributes as :meth:`DPC4Classifier.fit` (no ``classes_``).
         """
-        X = check_array(X, "X", ndim=2)
-        y = check_array(y, "y", ndim=1)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        X, y = self._validate_X_y(X, y, y_numeric=True)
         self._fit(X.astype(np.float64), y.astype(np.float64)[:, None])
         return self
 

@@ -248,6 +248,36 @@ def test_unsupported_layer_and_bad_hyperparameters_raise_before_training() -> No
         DPC4Classifier(epsilon=0.0).fit(X, y % 2)
     with pytest.raises(ValueError, match="batch_size"):
         DPC4Regressor(batch_size=100).fit(X, y.astype(float))
+    with pytest.raises(ValueError, match="batch_size"):
+        DPC4Regressor(batch_size="big").fit(X, y.astype(float))
+
+
+def test_linear_estimators_auto_batch_size_stays_private_on_small_data() -> None:
+    """batch_size="auto" is min(64, n): on 30 rows full batches (q = 1) whose noise is
+    calibrated to the target epsilon; on 200 rows the old default 64."""
+    from sklearn.exceptions import NotFittedError
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    for est in (DPC4Classifier(epsilon=1.0, epochs=3, random_state=0),
+                DPC4Regressor(epsilon=1.0, epochs=3, random_state=0)):
+        with pytest.raises(NotFittedError):
+            est.predict(X)
+        est.fit(X, y)
+        assert est.batch_size == "auto"  # the parameter is not overwritten
+        assert est.sample_rate_ == 1.0 and est.n_iter_ == 3
+        assert est.noise_multiplier_ > 0 and est.epsilon_ <= 1.0 + 1e-9
+        assert est.n_features_in_ == 2
+        with pytest.raises(ValueError, match="features"):
+            est.predict(X[:, :1])
+    big = rng.standard_normal((200, 2))
+    reg = DPC4Regressor(epsilon=1.0, epochs=2, random_state=0).fit(big, big[:, 0])
+    assert reg.sample_rate_ == pytest.approx(64 / 200)
+    again = DPC4Regressor(epsilon=1.0, epochs=2, random_state=0).fit(big, big[:, 0])
+    np.testing.assert_array_equal(reg.coef_, again.coef_)
+    with pytest.raises(ValueError, match="sample"):
+        DPC4Regressor().fit(X[:1], X[:1, 0])
 
 
 @pytest.mark.parametrize(("dataset", "algorithm", "coef_rtol", "prob_atol"), [
