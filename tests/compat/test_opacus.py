@@ -107,7 +107,9 @@ def test_zero_noise_step_matches_opacus(case):
     for (name, p), q, p0 in zip(ours.named_parameters(), theirs.parameters(),
                                 model.parameters(), strict=True):
         step, ref = (p - p0).detach(), (q - p0).detach()
-        assert torch.linalg.norm(step - ref) <= 1e-6 * torch.linalg.norm(ref) + 1e-15, name
+        # float64: the same update to ~1e-14 (1e-9 asserted; without opacus' +1e-6 in the clip
+        # factor the gap would be ~1e-6, so this checks the semantics, not just the scale)
+        assert torch.linalg.norm(step - ref) <= 1e-9 * torch.linalg.norm(ref) + 1e-15, name
         moved += float(torch.linalg.norm(ref))
     assert moved > 0
 
@@ -131,7 +133,7 @@ def test_loop_with_poisson_loader_matches_opacus(reduction):
     (ours, s1), (theirs, s2) = results
     assert s1 == s2 and len(s1) == 4 and len(set(s1)) > 1  # the same Poisson batches
     start = torch.cat([p.detach().flatten() for p in model.parameters()])
-    assert torch.linalg.norm(ours - theirs) <= 1e-6 * torch.linalg.norm(theirs - start)
+    assert torch.linalg.norm(ours - theirs) <= 1e-9 * torch.linalg.norm(theirs - start)
 
 
 def test_noise_std_matches_opacus_formula():
