@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -136,9 +135,11 @@ class PLDPrivacyAccountant:
 class GradSampleModule(nn.Module):
     """The module returned by :meth:`PrivacyEngine.make_private` (opacus' wrapper's role).
 
-    Calls the wrapped module unchanged; in a training forward pass (gradients enabled) it
-    records each parametrised layer's input and, during ``backward``, the gradient of the
-    loss with respect to the layer's output, for :class:`DPOptimizer` to clip. Attributes
+    Calls the wrapped module; in a forward pass with gradients enabled it records each
+    parametrised layer's input and, during ``backward``, the gradient of the loss with
+    respect to the layer's output, for :class:`DPOptimizer` to clip. The parameters are
+    frozen during that forward pass, so ``loss.backward()`` computes no (non-private)
+    parameter gradient: ``.grad`` is written by ``optimizer.step()`` only. Attributes
     not found on the wrapper are looked up on the wrapped module (``_module``).
 
     Raises
@@ -160,7 +161,8 @@ class GradSampleModule(nn.Module):
         engine = ClippingEngine(m)  # validates the layers (raises UnsupportedLayerError)
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "_pass", 0)
-        # layer index -> [input, output grad or None, weakref(output), output version, pass]
+        object.__setattr__(self, "_active", False)
+        # layer index -> [input, output gradient or None, forward pass id]
         object.__setattr__(self, "_records", {})
         self._handles = [
             mod.register_forward_hook(self._forward_hook(i))
@@ -178,16 +180,36 @@ class GradSampleModule(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the wrapped module (recording layer inputs when gradients are enabled)."""
         object.__setattr__(self, "_pass", self._pass + 1)
-        return self._module(*args, **kwargs)
+        if not torch.is_grad_enabled():
+            return self._module(*args, **kwargs)
+        # the parameters are frozen for the forward pass, so that loss.backward() computes
+        # only the layer-output gradients the clipping needs (each parametrised layer's
+        # output is made to require grad in the hook), not the non-private weight gradients
+        frozen = [p for p in self._engine.params if p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        object.__setattr__(self, "_active", True)
+        try:
+            return self._module(*args, **kwargs)
+        finally:
+            object.__setattr__(self, "_active", False)
+            for p in frozen:
+                p.requires_grad_(True)
 
     def _forward_hook(self, i: int) -> Callable[..., None]:
         name = self._engine.layers[i][0]
 
-        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            if not torch.is_grad_enabled() or not isinstance(output, torch.Tensor):
-                return
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> Any:
+            if not self._active or not torch.is_grad_enabled():
+                return None
+            if not isinstance(output, torch.Tensor):
+                raise UnsupportedLayerError(f"layer {name!r} returned a non-tensor")
             if not output.requires_grad:
-                return
+                if not output.is_floating_point():
+                    return None
+                # no earlier layer feeds it a gradient: the output becomes a leaf of the
+                # graph (no copy); an in-place operation on it is refused by autograd
+                output.requires_grad_(True)
             old = self._records.get(i)
             if old is not None:
                 if old[1] is not None:
@@ -196,21 +218,17 @@ class GradSampleModule(nn.Module):
                         "accumulation is not supported with Poisson sampling (as in opacus); "
                         "call optimizer.step() or optimizer.zero_grad() first"
                     )
-                if old[4] == self._pass:
+                if old[2] == self._pass:
                     raise UnsupportedLayerError(
                         f"layer {name!r} ran twice in one forward pass; per-sample clipping "
                         "needs each layer to run once per pass"
                     )
-            rec = [inputs[0].detach(), None, weakref.ref(output), output._version, self._pass]
+            rec = [inputs[0].detach(), None, self._pass]
             self._records[i] = rec
 
+            # a tensor hook gets the gradient w.r.t. the value the layer returned, also when
+            # a later operation (ReLU(inplace=True)) modifies the tensor in place
             def grad_hook(g: torch.Tensor) -> None:
-                out = rec[2]()
-                if out is not None and out._version != rec[3]:
-                    raise UnsupportedLayerError(
-                        f"the output of layer {name!r} was modified in place (e.g. "
-                        "ReLU(inplace=True)); use out-of-place operations"
-                    )
                 if rec[1] is not None:
                     raise ValueError(
                         "a second backward through one forward pass before optimizer.step() "
@@ -219,6 +237,7 @@ class GradSampleModule(nn.Module):
                 rec[1] = g.detach()
 
             output.register_hook(grad_hook)
+            return output
 
         return hook
 

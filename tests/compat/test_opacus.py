@@ -281,3 +281,33 @@ def test_import_rml_fast_does_not_import_opacus():
 
     code = "import sys, rml_fast; assert 'opacus' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_backward_writes_no_nonprivate_grad_and_inplace_output_raises():
+    model, ds = _build("mlp")
+    m, opt, _ = _private(PrivacyEngine, model, ds)
+    x, y = ds.tensors[0][:5], ds.tensors[1][:5]
+    opt.zero_grad()
+    nn.functional.cross_entropy(m(x), y).backward()
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())
+    opt.step()
+    assert all(p.grad is not None for p in model.parameters())
+    # in-place activations: after an inner layer the hook sees the gradient w.r.t. the value
+    # the layer returned (the same update as out-of-place); after a layer whose output is a
+    # leaf of the graph (the first one) autograd refuses the in-place operation
+    res = []
+    for inplace in (False, True):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(inplace=inplace),
+                            nn.Linear(8, 3), nn.ReLU(inplace=inplace)).to(DT)
+        _one_step(PrivacyEngine, net, x, y)
+        res.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
+    torch.manual_seed(0)
+    ref = torch.cat([p.detach().flatten() for p in nn.Sequential(
+        nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)).to(DT).parameters()])
+    assert not torch.equal(res[0], ref)  # the step moved the parameters
+    assert torch.equal(res[0], res[1])
+    first = nn.Sequential(nn.Linear(6, 8), nn.ReLU(inplace=True), nn.Linear(8, 3)).to(DT)
+    m, opt, _ = _private(PrivacyEngine, first, ds)
+    with pytest.raises(RuntimeError, match="in-place"):
+        m(x)
