@@ -311,3 +311,18 @@ def test_backward_writes_no_nonprivate_grad_and_inplace_output_raises():
     m, opt, _ = _private(PrivacyEngine, first, ds)
     with pytest.raises(RuntimeError, match="in-place"):
         m(x)
+
+
+def test_empty_poisson_batch_adds_noise_only():
+    model, ds = _build("cnn")
+    m, opt, _ = _private(PrivacyEngine, model, ds, nm=1.0, C=1.0, lr=1.0,
+                         noise_generator=torch.Generator().manual_seed(0))
+    x, y = ds.tensors[0][:0], ds.tensors[1][:0]  # an empty Poisson batch
+    opt.zero_grad()
+    nn.functional.cross_entropy(m(x), y, reduction="sum").backward()
+    before = torch.cat([p.detach().flatten() for p in model.parameters()])
+    opt.step()
+    z = torch.cat([p.detach().flatten() for p in model.parameters()]) - before
+    assert opt.last_per_sample_norms.shape == (0,)
+    expected = 1.0 * 1.0 / 16  # noise_multiplier * max_grad_norm / expected_batch_size
+    assert abs(float(z.std()) / expected - 1) < 5 / math.sqrt(2 * z.numel())
