@@ -1,6 +1,8 @@
 // The one extension module rml_fast._C: a submodule per kernel family.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "common/parallel.hpp"
 
 namespace py = pybind11;
@@ -32,4 +34,24 @@ PYBIND11_MODULE(_C, m) {
     info["openmp_max_threads"] = rml::max_threads();
     return info;
   }, "Compiler, flags and OpenMP status of this build.");
+  m.def("set_thread_limit", [](int n) {
+    if (n < 0) throw py::value_error("n must be >= 0 (0 removes the limit), got " + std::to_string(n));
+    rml::thread_limit().store(n, std::memory_order_relaxed);
+  }, py::arg("n"), "Process-wide thread limit of the kernels' parallel regions (0: none).");
+  m.def("thread_limit", [] { return rml::thread_limit().load(std::memory_order_relaxed); },
+        "The process-wide limit (0: none).");
+  m.def("max_threads", &rml::max_threads,
+        "Threads a kernel's parallel region started from this thread uses.");
+  m.def("parallel_width", [] {
+    int width = 1;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(rml::max_threads())
+    {
+#pragma omp single
+      width = omp_get_num_threads();
+    }
+#endif
+    return width;
+  }, py::call_guard<py::gil_scoped_release>(),
+     "Threads a parallel region opened the way the kernels open theirs actually gets.");
 }

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from rml_fast._info import backend_info
 from rml_fast._native import _C
+from rml_fast.config import get_num_threads, num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
-__all__ = ["_C", "__version__", "backend_info"]
+__all__ = ["_C", "__version__", "backend_info", "get_num_threads", "num_threads", "set_num_threads"]

@@ -46,7 +46,7 @@ void masked_mix(const T* delta, const std::uint8_t* mask, const T* base, T* out,
                 bool source_first, const T* ln_w, const T* ln_b, std::int64_t d, double eps,
                 const std::uint8_t* need, int n_threads) {
   const std::int64_t total = n * j;
-  const int nt = n_threads > 0 ? n_threads : rml::max_threads();
+  const int nt = n_threads > 0 ? rml::cap_threads(n_threads) : rml::max_threads();
   // blocks without active sources are LN(base[j]): normalise each base row once
   std::vector<T> base_ln;
   const T* base0 = base;

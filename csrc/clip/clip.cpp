@@ -1,3 +1,4 @@
+#include "common/parallel.hpp"
 #include "clip/clip.hpp"
 
 #include <algorithm>
@@ -116,7 +117,7 @@ void ghost_norm_sq(const T* A, const T* D, std::int64_t B, std::int64_t S, std::
     ghost_blas(A, D, A, D, B, S, S, d, p, out, gemm);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(dynamic, 1)
   for (std::int64_t i = 0; i < B; ++i) {
     out[i] = ghost_one(A + i * S * d, D + i * S * p, S, d, p);
   }
@@ -129,7 +130,7 @@ void ghost_cross(const T* A, const T* D, const T* A2, const T* D2, std::int64_t 
     ghost_blas(A, D, A2, D2, B, S, S2, d, p, out, gemm);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(dynamic, 1)
   for (std::int64_t i = 0; i < B; ++i) {
     out[i] = cross_one(A + i * S * d, D + i * S * p, A2 + i * S2 * d, D2 + i * S2 * p, S, S2, d,
                        p);
@@ -147,7 +148,7 @@ void scaled_outer_accumulate(const T* A, const T* D, const T* w, std::int64_t N,
     const std::int64_t cols = scale_a ? d : p;
     const T* src = scale_a ? A : D;
     std::vector<T> scaled(static_cast<std::size_t>(N * cols));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static)
     for (std::int64_t r = 0; r < N; ++r) {
       const T wr = w[r / S];
       for (std::int64_t k = 0; k < cols; ++k) scaled[static_cast<std::size_t>(r * cols + k)] = wr * src[r * cols + k];
@@ -159,7 +160,7 @@ void scaled_outer_accumulate(const T* A, const T* D, const T* w, std::int64_t N,
     const T one = 1, zero = 0;
     gemm("N", "T", &m, &n, &k, &one, Ause, &m, Duse, &n, &zero, out, &m);
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static)
     for (std::int64_t j = 0; j < p; ++j) {
       T* row = out + j * d;
       std::fill(row, row + d, T(0));
@@ -176,7 +177,7 @@ void scaled_outer_accumulate(const T* A, const T* D, const T* w, std::int64_t N,
     const std::int64_t total = p * d;
     const T sd = static_cast<T>(noise_std);
     const std::int64_t chunks = (total + kNoiseChunk - 1) / kNoiseChunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static) if (chunks > 1)
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::int64_t e0 = c * kNoiseChunk;
       add_noise_chunk(out + e0, std::min(kNoiseChunk, total - e0), sd, seed,

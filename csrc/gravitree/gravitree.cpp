@@ -1,4 +1,5 @@
 #include "gravitree/gravitree.hpp"
+#include "common/parallel.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -410,7 +411,7 @@ Entry* Search::solve(const std::uint64_t* s, int depth, double budget, bool fron
   const bool threaded = cfg_.n_threads > 1 && static_cast<std::size_t>(p) * W >= 8192;
   if (threaded) {
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(cfg_.n_threads) schedule(static)
+#pragma omp parallel for num_threads(rml::cap_threads(cfg_.n_threads)) schedule(static)
 #endif
     for (int j = 0; j < p; ++j) gen(j);
   } else {

@@ -1266,7 +1266,7 @@ RML_SIMD_CLONES double sumsq(const float* x, i64 n) {
 
 template <typename T>
 bool col_norm2(const T* X, i64 n, i64 m, double* out, int n_threads) {
-  const int nt = n_threads > 0 ? n_threads : rml::max_threads();
+  const int nt = n_threads > 0 ? rml::cap_threads(n_threads) : rml::max_threads();
   int finite = 1;
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(min : finite) if (n * m >= (i64{1} << 25))
   for (i64 j = 0; j < m; ++j) {
@@ -1362,7 +1362,7 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
   out.passes.assign(LB, 0.0);
   std::vector<std::vector<i64>> idx(LB);
   std::vector<std::vector<double>> val(LB);
-  const int nt = opt.n_threads > 0 ? opt.n_threads : rml::max_threads();
+  const int nt = opt.n_threads > 0 ? rml::cap_threads(opt.n_threads) : rml::max_threads();
   // The right-hand sides are split into G interleaved groups of about 8 (at least one per
   // thread), handed out to the threads dynamically (no barrier until the end, and a thread
   // that a shared machine slows down takes fewer groups). Within a group the problems run in

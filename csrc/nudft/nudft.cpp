@@ -172,7 +172,7 @@ void type1(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t 
   const std::int64_t tasks = B * chunks;
   const bool parallel = B * N * F * (C + 1) >= kSerialWork && tasks > 1;
 
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(rml::max_threads()) if (parallel)
   {
     PointPowers pw(grid);
     std::vector<T> A(static_cast<std::size_t>(2 * fc_size * kPointTile));
@@ -227,7 +227,7 @@ void type2(const T* x, const T* re, const T* im, const T* w, std::int64_t B, std
   const std::int64_t mchunks = (M + kQueryTile - 1) / kQueryTile;
   const std::int64_t tasks = B * mchunks;
   const bool parallel = B * M * F * O >= kSerialWork && tasks > 1;
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(rml::max_threads()) if (parallel)
   {
     PointPowers pw(grid);
     std::vector<T> A(static_cast<std::size_t>(2 * F * kQueryTile));
@@ -657,7 +657,7 @@ void spread(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t
   const std::int64_t cells = fg.nf[0] * (d == 2 ? fg.nf[1] : 1);
   const std::int64_t Cg = C + (ones ? 1 : 0);  // grid channels (a ones channel last)
   const bool parallel = B > 1 && B * N * Cg * w * (d == 2 ? w : 1) >= kSerialWork / 4;
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(rml::max_threads()) if (parallel)
   {
     std::vector<std::int64_t> order, key;
     GatherScratch<T> scratch;
@@ -689,7 +689,7 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
   const bool sort = cells * O * static_cast<std::int64_t>(sizeof(T)) > kSortBytes;
   std::vector<std::vector<std::int64_t>> orders(static_cast<std::size_t>(sort ? B : 0));
   if (sort) {
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(rml::max_threads()) if (parallel)
   {
     std::vector<std::int64_t> key;
 #pragma omp for schedule(dynamic, 1)
@@ -697,7 +697,7 @@ void interp(const T* x, const T* g, std::int64_t B, std::int64_t M, std::int64_t
       point_order(x + b * M * d, M, fg, orders[static_cast<std::size_t>(b)], key);
   }
   }
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(dynamic, 1) if (parallel)
   for (std::int64_t task = 0; task < B * mchunks; ++task) {
     const std::int64_t b = task / mchunks, m0 = (task % mchunks) * chunk;
     const std::int64_t m1 = std::min(M, m0 + chunk);
@@ -852,7 +852,7 @@ void nufft1_1d(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int6
   const std::int64_t ld = padded<T>(Cg), F = K + 1;
   const RowFFT<T> fft(h, -1);
   const bool parallel = B > 1 && B * N * Cg * fg.w >= kSerialWork / 4;
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(rml::max_threads()) if (parallel)
   {
     FusedScratch<T> s(h, ld);
     T *zr = s.zr, *zi = s.zi, *wr = s.wr, *wi = s.wi;
@@ -874,7 +874,7 @@ void nufft2_1d(const T* x, const T* re, const T* im, std::int64_t B, std::int64_
   const std::int64_t nf = fg.nf[0], h = nf / 2, ld = padded<T>(O), F = K + 1;
   const RowFFT<T> ifft(h, +1);
   const bool parallel = B > 1 && B * M * O * fg.w >= kSerialWork / 4;
-#pragma omp parallel if (parallel)
+#pragma omp parallel num_threads(rml::max_threads()) if (parallel)
   {
     FusedScratch<T> s(h, ld);
     T *zr = s.zr, *zi = s.zi, *wr = s.wr, *wi = s.wi;
@@ -927,7 +927,7 @@ void modes_out(const T* S, std::int64_t B, std::int64_t Cg, std::int64_t C,
   const ModeMap mm(sh);
   const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
   const bool parallel = B * F * Cg >= kSerialWork / 8 && B > 1;
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static) if (parallel)
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t f = 0; f < F; ++f) {
       const T* src = S + 2 * (b * cells + mm.cell(f)) * Cg;
@@ -952,7 +952,7 @@ void modes_in(const T* re, const T* im, std::int64_t B, std::int64_t O, const Sp
   const ModeMap mm(sh);
   const std::int64_t F = mm.n_freq(), cells = mm.rows * mm.cols;
   const bool parallel = B * cells * O >= kSerialWork / 8 && B > 1;
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static) if (parallel)
   for (std::int64_t b = 0; b < B; ++b) {
     T* Xb = X + 2 * b * cells * O;
     std::fill(Xb, Xb + 2 * cells * O, T(0));

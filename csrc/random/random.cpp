@@ -1,3 +1,4 @@
+#include "common/parallel.hpp"
 #include "random/random.hpp"
 
 #include <algorithm>
@@ -32,7 +33,7 @@ template <typename Chunk>
 void fill_chunked(Chunk chunk, float* out, std::int64_t n, std::uint64_t seed,
                   std::uint64_t offset) {
   const std::int64_t num_chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(dynamic, 1) if (num_chunks > 1)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(dynamic, 1) if (num_chunks > 1)
   for (std::int64_t c = 0; c < num_chunks; ++c) {
     const std::int64_t start = c * kChunk;
     const std::int64_t len = std::min(kChunk, n - start);

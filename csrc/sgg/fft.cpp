@@ -1,3 +1,4 @@
+#include "common/parallel.hpp"
 #include "sgg/fft.hpp"
 
 #include <algorithm>
@@ -578,7 +579,7 @@ void self_convolve_circular(const double* pmf, std::int64_t npmf, std::int64_t n
   plan.forward(pmf, npmf, xr.data(), xi.data());
   constexpr i64 kChunk = 512;  // bins per chunk: the chunk stays in L1 across the squarings
   const i64 chunks = (bins + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (bins >= kParallelBins)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static) if (bins >= kParallelBins)
   for (i64 c = 0; c < chunks; ++c) {
     const i64 k0 = c * kChunk;
     power_chunk(xr.data() + k0, xi.data() + k0, std::min(kChunk, bins - k0), n);

@@ -1,3 +1,4 @@
+#include "common/parallel.hpp"
 #include "sgg/sgg.hpp"
 
 #include <algorithm>
@@ -148,7 +149,7 @@ void sample_impl(T* out, std::int64_t n, std::int64_t dim, double sigma, double 
   const double log_sigma = std::log(sigma);
   const double inv_p = 1.0 / p;
   const std::int64_t chunks = (n + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel if (n * dim > 32768)
+#pragma omp parallel num_threads(rml::max_threads()) if (n * dim > 32768)
   {
     std::vector<double> z(static_cast<std::size_t>(padded), 0.0);
     double log_g[kRowChunk];
@@ -269,7 +270,7 @@ void log_radius(double* out, std::int64_t n, std::int64_t dim, double k, double 
                 std::uint64_t seed, std::uint64_t offset) {
   const std::int64_t stride = counters_per_row(dim);
   const std::int64_t nq = (dim + 3) / 4;
-#pragma omp parallel for schedule(static) if (n > 4096)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(static) if (n > 4096)
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint64_t base = offset + static_cast<std::uint64_t>(i * stride);
     out[i] = log_gamma_variate(k / p, seed, base + static_cast<std::uint64_t>(nq)) / p;
@@ -404,7 +405,7 @@ void loss_cdf(double* out, const double* losses, std::int64_t m, const double* e
     nodes[static_cast<std::size_t>(j)] = nd;
   }
   constexpr int kMaxCuts = 32;
-#pragma omp parallel for schedule(dynamic, 16) if (m * panels > 2000)
+#pragma omp parallel for num_threads(rml::max_threads()) schedule(dynamic, 16) if (m * panels > 2000)
   for (std::int64_t i = 0; i < m; ++i) {
     const double ell = losses[i];
     double cuts[kMaxCuts];
