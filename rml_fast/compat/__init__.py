@@ -7,6 +7,8 @@ module that needs it):
   scikit-learn's semantics on the native Lasso kernel.
 - :mod:`rml_fast.compat.dp_accounting`: a ``dp_accounting.PrivacyAccountant`` backed by
   rml_fast's privacy-loss distributions.
+- :mod:`rml_fast.compat.opacus`: a ``PrivacyEngine`` with opacus' ``make_private`` API on
+  rml_fast's clipping engine and PLD accountant.
 """
 
 from __future__ import annotations
