@@ -497,6 +497,10 @@ class PLDAccountant:
     h : float, default=1e-4
         Value discretisation interval shared by every composed PLD.
     tail_mass_truncation : float, default=1e-15
+        Tail mass each discretisation and composition may truncate. For
+        :meth:`compose_gaussian` / :meth:`compose_laplace` with ``count`` steps it is the
+        budget of all the steps together (``tail_mass_truncation / count`` each), so the mass
+        at +inf, below which no delta has a finite epsilon, stays ~1e-15 however many steps.
     estimator : {"connect_dots", "bucket"}, default="connect_dots"
         Discretisation of the Gaussian/Laplace/SGG events (see ``from_gaussian``).
 
@@ -548,9 +552,10 @@ class PLDAccountant:
             self._gauss_precision = prec
             self._composed = None
             return self
+        count = int(check_scalar(count, "count", Interval("int", 1, None)))
         pld = PrivacyLossDistribution.from_gaussian(
             std, sensitivity, self.h, sampling_prob=sampling_prob,
-            tail_mass_truncation=self.tail_mass_truncation, estimator=self.estimator,
+            tail_mass_truncation=self._step_tail(count), estimator=self.estimator,
         )
         return self.compose(pld, count)
 
@@ -558,11 +563,18 @@ class PLDAccountant:
         self, b: float, sensitivity: float = 1.0, count: int = 1, sampling_prob: float = 1.0
     ) -> PLDAccountant:
         """Add ``count`` (Poisson-subsampled) Laplace mechanisms."""
+        count = int(check_scalar(count, "count", Interval("int", 1, None)))
         pld = PrivacyLossDistribution.from_laplace(
             b, sensitivity, self.h, sampling_prob=sampling_prob,
-            tail_mass_truncation=self.tail_mass_truncation, estimator=self.estimator,
+            tail_mass_truncation=self._step_tail(count), estimator=self.estimator,
         )
         return self.compose(pld, count)
+
+    def _step_tail(self, count: int) -> float:
+        """Upper-tail mass each of ``count`` composed steps may put at +inf: the budget
+        ``tail_mass_truncation`` shared by the steps, so that the composition's mass at +inf
+        (which bounds the smallest delta with a finite epsilon) does not grow with ``count``."""
+        return self.tail_mass_truncation / count
 
     def compose_mechanism(self, mechanism: Any, count: int = 1) -> PLDAccountant:
         """Add ``count`` runs of any object with a ``pld(value_discretization_interval)``."""

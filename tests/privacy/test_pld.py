@@ -198,9 +198,23 @@ def test_accountant_composes_heterogeneous_events():
 
 
 def test_accountant_dp_sgd_run_matches_direct_composition():
+    # the accountant shares its tail budget between the 500 steps (1e-15 / 500 each)
     acc = PLDAccountant(h=1e-3).compose_gaussian(1.1, count=500, sampling_prob=0.02)
-    direct = PrivacyLossDistribution.from_gaussian(1.1, h=1e-3, sampling_prob=0.02).self_compose(500)
+    direct = PrivacyLossDistribution.from_gaussian(
+        1.1, h=1e-3, sampling_prob=0.02, tail_mass_truncation=1e-15 / 500
+    ).self_compose(500)
     assert acc.get_epsilon(1e-6) == pytest.approx(direct.get_epsilon_for_delta(1e-6), rel=1e-12)
+
+
+def test_accountant_shares_the_tail_budget_between_steps():
+    """30,000 subsampled steps at delta = 1e-11: with a 1e-15 tail per step the mass at +inf
+    (~3e-11) exceeded delta and epsilon was inf, where dp-accounting is finite (17.8)."""
+    acc = PLDAccountant(h=1e-3).compose_gaussian(1.0, count=30_000, sampling_prob=0.01)
+    assert acc.get_delta(1e9) < 1e-11
+    eps = acc.get_epsilon(1e-11)
+    assert math.isfinite(eps) and 17 < eps < 19
+    per_step = PrivacyLossDistribution.from_gaussian(1.0, h=1e-3, sampling_prob=0.01)
+    assert per_step.self_compose(30_000).get_epsilon_for_delta(1e-11) == math.inf
 
 
 # --- peers ---------------------------------------------------------------------------
