@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
+from rml_fast.exceptions import SteeringWarning
 from rml_fast.kernels.lasso import lambda_max, lasso_path
 from rml_fast.steering._ridge import gcv_ridge_mu, ridge_refit
 
@@ -60,16 +61,6 @@ _DECODER_FORMS = (
     "(weight (d, m): m latents -> d dims), a module whose .decoder is such a Linear, or a "
     "module with a W_dec parameter of shape (m, d) (SAELens / TransformerLens SAEs)"
 )
-
-
-class SteeringWarning(UserWarning):
-    """SRLS returned a result that is correct but not what was asked for.
-
-    For example the Lasso path never reached ``k`` features (``support="fixed_k"``), or the
-    selected support is empty so the steering vector is zero. Silence it with
-    ``warnings.filterwarnings("ignore", category=SteeringWarning)``, or turn it into an error
-    with ``warnings.simplefilter("error", SteeringWarning)``.
-    """
 
 
 class SRLS:
