@@ -50,6 +50,7 @@ from sklearn.exceptions import ConvergenceWarning as _SkConvergenceWarning
 from sklearn.model_selection import check_cv
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from rml_fast._validation import Interval, check_scalar
 from rml_fast.exceptions import ConvergenceWarning as _RmlConvergenceWarning
 from rml_fast.kernels import lasso as _lasso_kernel
 
@@ -76,22 +77,9 @@ def _check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def _check_real(value: Any, name: str, *, low: float, low_open: bool) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    if not np.isfinite(v) or v < low or (low_open and v == low):
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
-    return v
-
-
-def _check_int(value: Any, name: str, *, low: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name} must be >= {low}, got {value!r}")
-    return int(value)
+_NON_NEGATIVE = Interval("real", 0.0, None, "left")
+_POSITIVE = Interval("real", 0.0, None, "neither")
+_COUNT = Interval("int", 1, None)
 
 
 def _check_unsupported(*, positive: Any, selection: Any, precompute: Any) -> None:
@@ -217,9 +205,9 @@ def _alpha_grid(
 def _grid_size(n_alphas: Any, alphas: Any) -> tuple[int | None, np.ndarray | None]:
     """``(count, None)`` for a generated grid, ``(None, sorted alphas)`` for a given one."""
     if alphas is None:
-        return _check_int(n_alphas, "n_alphas", low=1), None
+        return int(check_scalar(n_alphas, "n_alphas", _COUNT)), None
     if isinstance(alphas, numbers.Integral) and not isinstance(alphas, (bool, np.bool_)):
-        return _check_int(alphas, "alphas", low=1), None
+        return int(check_scalar(alphas, "alphas", _COUNT)), None
     a = np.asarray(alphas, dtype=np.float64).ravel()
     if a.size == 0:
         raise ValueError("alphas must hold at least one value")
@@ -306,11 +294,11 @@ def lasso_path(
     unknown = set(params) - {"tol", "max_iter", "selection", "random_state", "check_input"}
     if unknown:
         raise TypeError(f"lasso_path() got unexpected keyword arguments {sorted(unknown)}")
-    tol = _check_real(params.get("tol", 1e-4), "tol", low=0.0, low_open=False)
-    max_iter = _check_int(params.get("max_iter", 1000), "max_iter", low=1)
+    tol = check_scalar(params.get("tol", 1e-4), "tol", _NON_NEGATIVE)
+    max_iter = int(check_scalar(params.get("max_iter", 1000), "max_iter", _COUNT))
     _check_unsupported(positive=positive, selection=params.get("selection", "cyclic"),
                        precompute=precompute)
-    eps = _check_real(eps, "eps", low=0.0, low_open=True)
+    eps = check_scalar(eps, "eps", _POSITIVE)
     count, grid = _grid_size(n_alphas, alphas)
     _check_bool(return_n_iter, "return_n_iter")
     _check_X(X)
@@ -349,7 +337,28 @@ def lasso_path(
 # --- Lasso ----------------------------------------------------------------------------------
 
 
-class Lasso(RegressorMixin, BaseEstimator):
+class _LinearPredictor(RegressorMixin, BaseEstimator):
+    """``predict`` of a fitted linear model with ``coef_`` (n_features,) or
+    (n_targets, n_features) and ``intercept_``."""
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predict ``X @ coef_.T + intercept_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_targets)
+        """
+        check_is_fitted(self, "coef_")
+        _check_X(X)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return X @ self.coef_.T + self.intercept_
+
+
+class Lasso(_LinearPredictor):
     """``sklearn.linear_model.Lasso`` on rml_fast's native Lasso kernel.
 
     Minimises ``1/(2 n) ||y - X w - b||^2 + alpha ||w||_1`` (weighted by ``sample_weight``
@@ -433,14 +442,14 @@ class Lasso(RegressorMixin, BaseEstimator):
         return tags
 
     def _check_params(self) -> tuple[float, float, int]:
-        alpha = _check_real(self.alpha, "alpha", low=0.0, low_open=False)
+        alpha = check_scalar(self.alpha, "alpha", _NON_NEGATIVE)
         if alpha == 0.0:
             raise ValueError(
                 "alpha=0 is not supported by rml_fast.compat.sklearn (the Lasso kernel needs a "
                 "positive penalty); use sklearn.linear_model.LinearRegression"
             )
-        tol = _check_real(self.tol, "tol", low=0.0, low_open=False)
-        max_iter = _check_int(self.max_iter, "max_iter", low=1)
+        tol = check_scalar(self.tol, "tol", _NON_NEGATIVE)
+        max_iter = int(check_scalar(self.max_iter, "max_iter", _COUNT))
         _check_bool(self.fit_intercept, "fit_intercept")
         _check_bool(self.copy_X, "copy_X")
         _check_bool(self.warm_start, "warm_start")
@@ -509,22 +518,6 @@ class Lasso(RegressorMixin, BaseEstimator):
             self.intercept_ = 0.0
         return self
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Predict ``X @ coef_.T + intercept_``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,) or (n_samples, n_targets)
-        """
-        check_is_fitted(self, "coef_")
-        _check_X(X)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return X @ self.coef_.T + self.intercept_
-
     @property
     def sparse_coef_(self) -> Any:
         """``coef_`` as a scipy CSR matrix (as scikit-learn's ``sparse_coef_``)."""
@@ -559,7 +552,7 @@ def _fold_mse(
     return np.average(resid**2, axis=0, weights=w), np.asarray(res.converged)
 
 
-class LassoCV(RegressorMixin, BaseEstimator):
+class LassoCV(_LinearPredictor):
     """``sklearn.linear_model.LassoCV`` on rml_fast's native Lasso kernel.
 
     The alpha grid is computed on the full (centred, weighted) data, every CV fold fits the
@@ -680,16 +673,16 @@ class LassoCV(RegressorMixin, BaseEstimator):
         -------
         self : LassoCV
         """
-        eps = _check_real(self.eps, "eps", low=0.0, low_open=True)
+        eps = check_scalar(self.eps, "eps", _POSITIVE)
         count, grid = _grid_size(self.n_alphas, self.alphas)
-        tol = _check_real(self.tol, "tol", low=0.0, low_open=False)
-        max_iter = _check_int(self.max_iter, "max_iter", low=1)
+        tol = check_scalar(self.tol, "tol", _NON_NEGATIVE)
+        max_iter = int(check_scalar(self.max_iter, "max_iter", _COUNT))
         fit_intercept = _check_bool(self.fit_intercept, "fit_intercept")
         _check_bool(self.copy_X, "copy_X")
         _check_unsupported(positive=self.positive, selection=self.selection,
                            precompute=self.precompute)
         if self.n_jobs is not None:
-            _check_int(self.n_jobs, "n_jobs", low=-(2**31))
+            check_scalar(self.n_jobs, "n_jobs", Interval("int", None, None))
         unknown = set(params) - {"groups"}
         if unknown:
             raise TypeError(f"LassoCV.fit() got unexpected keyword arguments {sorted(unknown)}")
@@ -742,18 +735,3 @@ class LassoCV(RegressorMixin, BaseEstimator):
         self.n_iter_ = model.n_iter_
         return self
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Predict ``X @ coef_ + intercept_``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y : ndarray of shape (n_samples,)
-        """
-        check_is_fitted(self, "coef_")
-        _check_X(X)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return X @ self.coef_ + self.intercept_
