@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import pkgutil
 import platform
 from typing import Any
 
@@ -69,3 +70,15 @@ def backend_info() -> dict[str, Any]:
             "interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
         },
     }
+
+
+def public_module_names() -> list[str]:
+    """Sorted names of rml_fast's public modules (no dotted component after ``rml_fast``
+    starts with ``_``), found without importing them; the package itself included."""
+    import rml_fast
+
+    names = ["rml_fast"]
+    for info in pkgutil.walk_packages(rml_fast.__path__, "rml_fast."):
+        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
+            names.append(info.name)
+    return sorted(names)

@@ -18,24 +18,14 @@ import doctest
 import importlib
 import importlib.util
 import inspect
-import pkgutil
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-import rml_fast
+from rml_fast._info import public_module_names
 
-
-def _public_module_names() -> list[str]:
-    names = ["rml_fast"]
-    for info in pkgutil.walk_packages(rml_fast.__path__, "rml_fast."):
-        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
-            names.append(info.name)
-    return sorted(names)
-
-
-MODULES = _public_module_names()
+MODULES = public_module_names()
 
 
 def _own_doc(obj) -> str:
@@ -165,16 +155,8 @@ def test_docs_of_generated_inherited_and_overridden_members():
 
 # --- the examples in the docstrings run -------------------------------------------------------
 
-# run by their own area's tests (tests/interp/test_doctests.py, tests/trees/test_falling.py)
+# run by tests/trees/test_falling.py::test_doctests (with the private rml_fast.trees._tree)
 _DOCTESTED_ELSEWHERE = {
-    "rml_fast.models",
-    "rml_fast.models.transformer",
-    "rml_fast.interp.edge_graph",
-    "rml_fast.interp.circuit_metrics",
-    "rml_fast.interp.circuit_eval",
-    "rml_fast.interp.attribution",
-    "rml_fast.interp.query_circuits",
-    "rml_fast.kernels.circuits",
     "rml_fast.trees.binarize",
     "rml_fast.trees.falling",
     "rml_fast.kernels.gravitree",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 import warnings
 from typing import Any
 
@@ -38,17 +37,9 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning as SkConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import rml_fast
+from rml_fast._info import public_module_names
 
 # --- the walk -----------------------------------------------------------------------------------
-
-
-def _public_module_names() -> list[str]:
-    names = ["rml_fast"]
-    for info in pkgutil.walk_packages(rml_fast.__path__, "rml_fast."):
-        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
-            names.append(info.name)
-    return sorted(names)
 
 
 SKIPPED_MODULES: dict[str, str] = {}
@@ -56,7 +47,7 @@ SKIPPED_MODULES: dict[str, str] = {}
 
 def _import_public_modules() -> list[Any]:
     modules = []
-    for name in _public_module_names():
+    for name in public_module_names():
         try:
             modules.append(importlib.import_module(name))
         except ModuleNotFoundError as exc:
