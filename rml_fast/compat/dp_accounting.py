@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without dp-accou
         "pip install dp-accounting"
     ) from exc
 
+from rml_fast._validation import Interval, check_scalar
 from rml_fast.privacy.pld import PLDAccountant as _RmlAccountant
 from rml_fast.privacy.sgg import SGGMechanism
 
@@ -92,31 +93,9 @@ class SGGDpEvent(dp_event.DpEvent):
         return SGGMechanism(base.dim, base.sigma, base.k, base.p, base.sensitivity * sensitivity_scale)
 
 
-def _noise(value: Any, name: str) -> float:
-    """A noise parameter: a finite real >= 0 (0 means no noise: non-private)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not (math.isfinite(value) and value >= 0.0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return value
-
-
-def _probability(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {value}")
-    return value
-
-
-def _count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
+_NOISE = Interval("real", 0.0, None, "left")  # 0 means no noise: non-private
+_PROBABILITY = Interval("real", 0.0, 1.0, "both")
+_COUNT = Interval("int", 0, None)
 
 
 class PLDAccountant(PrivacyAccountant):
@@ -161,15 +140,10 @@ class PLDAccountant(PrivacyAccountant):
                 "neighboring_relation must be a dp_accounting NeighboringRelation, got "
                 f"{type(neighboring_relation).__name__}"
             )
-        h = value_discretization_interval
-        if isinstance(h, bool) or not isinstance(h, numbers.Real):
-            raise TypeError(
-                f"value_discretization_interval must be a real number, got {type(h).__name__}"
-            )
-        if not 0.0 < float(h) < 1.0:
-            raise ValueError(f"value_discretization_interval must lie in (0, 1), got {h}")
+        h = check_scalar(value_discretization_interval, "value_discretization_interval",
+                         Interval("real", 0.0, 1.0, "neither"))
         super().__init__(neighboring_relation)
-        self._h = float(h)
+        self._h = h
         self._counts: dict[tuple[Any, ...], int] = {}
         self._non_private = False
         self._inner: _RmlAccountant | None = None
@@ -184,7 +158,7 @@ class PLDAccountant(PrivacyAccountant):
         self, event: dp_event.DpEvent, count: int, do_compose: bool
     ) -> _Details | None:
         leaves: list[tuple[tuple[Any, ...], int]] = []
-        error = self._collect(event, _count(count, "count"), leaves)
+        error = self._collect(event, int(check_scalar(count, "count", _COUNT)), leaves)
         if error is not None or not do_compose:
             return error
         for key, n in leaves:
@@ -206,7 +180,7 @@ class PLDAccountant(PrivacyAccountant):
             out.append((_NON_PRIVATE, count))
             return None
         if isinstance(event, dp_event.SelfComposedDpEvent):
-            return self._collect(event.event, count * _count(event.count, "event.count"), out)
+            return self._collect(event.event, count * int(check_scalar(event.count, "event.count", _COUNT)), out)
         if isinstance(event, dp_event.ComposedDpEvent):
             for sub in event.events:
                 error = self._collect(sub, count, out)
@@ -259,7 +233,7 @@ class PLDAccountant(PrivacyAccountant):
             return _relation_error(
                 event, "`PoissonSampledDpEvent` of a `LaplaceDpEvent`", relation
             )
-        q = _probability(event.sampling_probability, "PoissonSampledDpEvent.sampling_probability")
+        q = check_scalar(event.sampling_probability, "PoissonSampledDpEvent.sampling_probability", _PROBABILITY)
         if q < 1.0 and relation == _REPLACE_ONE:
             return _Details(
                 invalid_event=event,
@@ -277,7 +251,7 @@ class PLDAccountant(PrivacyAccountant):
     def _gaussian(
         self, event: Any, q: float, count: int, out: list[tuple[tuple[Any, ...], int]]
     ) -> None:
-        sigma = _noise(event.noise_multiplier, "GaussianDpEvent.noise_multiplier")
+        sigma = check_scalar(event.noise_multiplier, "GaussianDpEvent.noise_multiplier", _NOISE)
         if q == 0.0 or count == 0:
             return None
         if sigma == 0.0:
@@ -290,7 +264,7 @@ class PLDAccountant(PrivacyAccountant):
     def _laplace(
         self, event: Any, q: float, count: int, out: list[tuple[tuple[Any, ...], int]]
     ) -> None:
-        b = _noise(event.noise_multiplier, "LaplaceDpEvent.noise_multiplier")
+        b = check_scalar(event.noise_multiplier, "LaplaceDpEvent.noise_multiplier", _NOISE)
         if q == 0.0 or count == 0:
             return None
         if b == 0.0:
@@ -331,7 +305,7 @@ class PLDAccountant(PrivacyAccountant):
 
         ``inf`` after a non-private event, 0 when nothing private was composed.
         """
-        delta = _probability(target_delta, "target_delta")
+        delta = check_scalar(target_delta, "target_delta", _PROBABILITY)
         if self._non_private:
             return math.inf
         if not self._counts or delta == 1.0:

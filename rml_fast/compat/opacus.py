@@ -31,7 +31,6 @@ module only (its ``DPDataLoader`` does the Poisson sampling): ``pip install opac
 from __future__ import annotations
 
 import math
-import numbers
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without opacus
         "rml_fast.compat.opacus needs the opacus package: pip install opacus"
     ) from exc
 
+from rml_fast._validation import Interval, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER
 from rml_fast.privacy.clipping import CapturedPass, ClippingEngine, NonFiniteGradientError
 from rml_fast.privacy.dp_c4 import calibrate_noise_multiplier
@@ -65,13 +65,8 @@ LOSS_REDUCTIONS = ("mean", "sum")
 _CLIP_EPS = 1e-6  # opacus' clip factor C / (||g_i|| + 1e-6)
 
 
-def _real(value: Any, name: str, *, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0.0 or (positive and v == 0.0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'} and finite, got {value!r}")
-    return v
+_POSITIVE = Interval("real", 0.0, None, "neither")
+_NON_NEGATIVE = Interval("real", 0.0, None, "left")
 
 
 class PLDPrivacyAccountant:
@@ -94,7 +89,7 @@ class PLDPrivacyAccountant:
         if mechanism not in ACCOUNTANTS:
             raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {mechanism!r}")
         self._mechanism = mechanism
-        self.h = _real(h, "h", positive=True)
+        self.h = check_scalar(h, "h", _POSITIVE)
         self.history: list[tuple[float, float, int]] = []
 
     def mechanism(self) -> str:
@@ -106,8 +101,8 @@ class PLDPrivacyAccountant:
 
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
         """Record one step of the Poisson-subsampled Gaussian (merged with an equal last one)."""
-        nm = _real(noise_multiplier, "noise_multiplier", positive=False)
-        q = _real(sample_rate, "sample_rate", positive=False)
+        nm = check_scalar(noise_multiplier, "noise_multiplier", _NON_NEGATIVE)
+        q = check_scalar(sample_rate, "sample_rate", _NON_NEGATIVE)
         if q > 1.0:
             raise ValueError(f"sample_rate must be in [0, 1], got {sample_rate!r}")
         if self.history and self.history[-1][:2] == (nm, q):
@@ -117,7 +112,7 @@ class PLDPrivacyAccountant:
 
     def get_epsilon(self, delta: float) -> float:
         """``epsilon`` of everything recorded at ``delta`` (``inf`` after a noiseless step)."""
-        delta = _real(delta, "delta", positive=True)
+        delta = check_scalar(delta, "delta", _POSITIVE)
         if delta >= 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta!r}")
         acc = PLDAccountant(h=self.h)
@@ -295,11 +290,11 @@ class DPOptimizer(torch.optim.Optimizer):
             raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
         self.original_optimizer = optimizer
         self.module = module
-        self.noise_multiplier = _real(noise_multiplier, "noise_multiplier", positive=False)
-        self.max_grad_norm = _real(max_grad_norm, "max_grad_norm", positive=True)
+        self.noise_multiplier = check_scalar(noise_multiplier, "noise_multiplier", _NON_NEGATIVE)
+        self.max_grad_norm = check_scalar(max_grad_norm, "max_grad_norm", _POSITIVE)
         self.expected_batch_size = expected_batch_size
         if loss_reduction == "mean":
-            _real(expected_batch_size, "expected_batch_size", positive=True)
+            check_scalar(expected_batch_size, "expected_batch_size", _POSITIVE)
         self.loss_reduction = loss_reduction
         self.generator = generator
         self.step_hook: Callable[[DPOptimizer], None] | None = None
@@ -481,11 +476,11 @@ class PrivacyEngine:
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if not isinstance(data_loader, torch.utils.data.DataLoader):
             raise TypeError(f"data_loader must be a DataLoader, got {type(data_loader).__name__}")
-        noise_multiplier = _real(noise_multiplier, "noise_multiplier", positive=False)
+        noise_multiplier = check_scalar(noise_multiplier, "noise_multiplier", _NON_NEGATIVE)
         if isinstance(max_grad_norm, (list, tuple)):
             raise ValueError("max_grad_norm: per-layer clipping (a list) is not supported; "
                              "give one float (flat clipping)")
-        max_grad_norm = _real(max_grad_norm, "max_grad_norm", positive=True)
+        max_grad_norm = check_scalar(max_grad_norm, "max_grad_norm", _POSITIVE)
         if clipping != "flat":
             raise ValueError(f"clipping={clipping!r} is not supported; only 'flat'")
         if loss_reduction not in LOSS_REDUCTIONS:
@@ -548,8 +543,7 @@ class PrivacyEngine:
             If privacy was already spent (the calibration assumes a fresh ledger), or on
             out-of-range targets.
         """
-        if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1:
-            raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+        epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
         if len(self.accountant) > 0:
             raise ValueError("make_private_with_epsilon: privacy was already spent on this "
                              "engine; the calibrated noise would not meet target_epsilon")
