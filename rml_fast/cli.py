@@ -1,4 +1,4 @@
-"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo``.
+"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo`` (``np``, ``alignment NAME``).
 
 Bad arguments end with a one-line argparse error (exit status 2, no traceback); an optional
 dependency that is not installed ends with one line naming the pip extra that provides it
@@ -162,6 +162,22 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_alignment_demo(args: argparse.Namespace) -> int:
+    if args.out:
+        problem = _missing("matplotlib", "--out (the PNG figure; leave --out out to skip it)")
+        if problem:
+            print(f"rml-fast demo alignment: error: {problem}", file=sys.stderr)
+            return 1
+    from rml_fast.alignment.demos import load_demo
+
+    demo = load_demo(args.experiment)
+    result = demo.run(seed=args.seed, quick=args.quick, out=args.out, progress=not args.no_progress)
+    print(demo.format_table(result))
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _version() -> str:
     from rml_fast import __version__
 
@@ -198,8 +214,25 @@ def _main(argv: list[str] | None) -> int:
         "bench", help="run benchmark suites against their peers", add_help=False
     )
     bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
-    demo_p = sub.add_parser("demo", help="run a method's demo (np: SFConvCNP vs ConvCNP on GP)")
-    demo_p.add_argument("name", choices=["np"], help="which demo")
+    demo_top = sub.add_parser("demo", help="run a method's demo (np, alignment)")
+    demo_sub = demo_top.add_subparsers(dest="name", required=True, metavar="name")
+    demo_p = demo_sub.add_parser("np", help="SFConvCNP vs ConvCNP on GP-RBF tasks")
+    align_p = demo_sub.add_parser(
+        "alignment", help="alignment objectives' effects on toy policies and denoisers"
+    )
+    from rml_fast.alignment.demos import DEMOS
+
+    align_p.add_argument(
+        "experiment",
+        choices=sorted(DEMOS),
+        help="; ".join(f"{k}: {v[1]}" for k, v in sorted(DEMOS.items())),
+    )
+    align_p.add_argument(
+        "--quick", action="store_true", help="the smallest setting that still shows the effect"
+    )
+    align_p.add_argument("--out", default=None, help="PNG figure to write (default: none)")
+    align_p.add_argument("--seed", type=_int_at_least(0), default=0)
+    align_p.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo_p.add_argument(
         "--budget", type=_seconds, default=120.0, help="training seconds per model (>= 0)"
     )
@@ -237,7 +270,11 @@ def _main(argv: list[str] | None) -> int:
 
     if args.command == "demo":
         if rest:
-            demo_p.error(f"unrecognized arguments: {' '.join(rest)}")
+            (align_p if args.name == "alignment" else demo_p).error(
+                f"unrecognized arguments: {' '.join(rest)}"
+            )
+        if args.name == "alignment":
+            return _run_alignment_demo(args)
         return _run_demo(args)
 
     if args.command == "info":

@@ -31,6 +31,9 @@ def test_version(capsys):
         (["demo", "np", "--seed", "-1"], "argument --seed: expected an integer >= 0"),
         (["demo", "np", "--bogus"], "unrecognized arguments: --bogus"),
         (["demo", "nope"], "argument name: invalid choice: 'nope'"),
+        (["demo", "alignment", "nope"], "argument experiment: invalid choice: 'nope'"),
+        (["demo", "alignment", "air", "--seed", "-2"], "argument --seed: expected an integer >= 0"),
+        (["demo", "alignment", "air", "--bogus"], "unrecognized arguments: --bogus"),
         (["info", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required: command"),
     ],
@@ -64,7 +67,7 @@ def test_bad_argument_in_a_real_process_has_no_traceback():
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1] == (
-        "rml-fast demo: error: argument --budget: expected finite seconds >= 0, got -5"
+        "rml-fast demo np: error: argument --budget: expected finite seconds >= 0, got -5"
     )
 
 
@@ -153,3 +156,36 @@ def test_train_for_shows_a_progress_bar_that_can_be_turned_off(capsys):
     assert "train" in capsys.readouterr().err
     assert train_for(model, 0.0, progress=False) == [1]
     assert capsys.readouterr().err == ""
+
+
+def test_alignment_demo_runs_the_registered_module(monkeypatch, capsys):
+    import types
+
+    from rml_fast.alignment import demos
+
+    calls = []
+    fake = types.SimpleNamespace(
+        run=lambda **kw: calls.append(kw) or {"effect": 1.5},
+        format_table=lambda result: f"effect {result['effect']}",
+    )
+    monkeypatch.setattr(demos, "load_demo", lambda name: calls.append(name) or fake)
+    assert cli.main(["demo", "alignment", "unlearning", "--quick", "--seed", "3"]) == 0
+    assert calls == ["unlearning", {"seed": 3, "quick": True, "out": None, "progress": True}]
+    assert capsys.readouterr().out.strip() == "effect 1.5"
+    assert cli.main(["demo", "alignment", "air", "--no-progress"]) == 0
+    assert calls[-1] == {"seed": 0, "quick": False, "out": None, "progress": False}
+
+
+def test_every_registered_alignment_demo_honours_the_contract():
+    import inspect
+
+    from rml_fast.alignment.demos import DEMOS, load_demo
+
+    with pytest.raises(ValueError, match="name must be one of"):
+        load_demo("nope")
+    for name in DEMOS:
+        module = load_demo(name)
+        params = inspect.signature(module.run).parameters
+        assert {"seed", "quick", "out", "progress"} <= set(params), name
+        assert all(params[p].kind is inspect.Parameter.KEYWORD_ONLY for p in ("seed", "quick"))
+        assert callable(module.format_table), name
