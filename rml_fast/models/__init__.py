@@ -12,6 +12,14 @@
 from __future__ import annotations
 
 from rml_fast.models.convert import to_transformer_lens
+from rml_fast.models.diffusion import (
+    ConceptMixture,
+    ConditionalDenoiser,
+    DDPMSchedule,
+    concept_mixture,
+    ddpm_sample,
+    train_denoiser,
+)
 from rml_fast.models.tasks import (
     CharLMTask,
     DigitsAddTask,
@@ -30,6 +38,9 @@ from rml_fast.models.zoo import ZOO, tiny_model
 __all__ = [
     "ZOO",
     "CharLMTask",
+    "ConceptMixture",
+    "ConditionalDenoiser",
+    "DDPMSchedule",
     "DigitsAddTask",
     "HookPoint",
     "IOITask",
@@ -40,9 +51,12 @@ __all__ = [
     "TinyConfig",
     "TinyTransformer",
     "cache_dir",
+    "concept_mixture",
+    "ddpm_sample",
     "make_task",
     "stdlib_corpus",
     "tiny_model",
     "to_transformer_lens",
+    "train_denoiser",
     "train_tiny",
 ]
