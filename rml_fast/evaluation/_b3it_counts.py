@@ -13,8 +13,6 @@ import numpy as np
 
 #: tests per chunk of the resplit draws (fixed, so results depend only on the seed)
 RESPLIT_CHUNK = 256
-#: permutations per chunk of the permutation test
-PERMUTATION_CHUNK = 256
 
 
 def encode(groups: Sequence[Sequence[Sequence[str]]]) -> tuple[list[list[np.ndarray]], int]:
@@ -129,32 +127,23 @@ def resplit_statistics(
 
 
 def permutation_statistics(
-    codes_ref: Sequence[np.ndarray],
-    codes_new: Sequence[np.ndarray],
-    n_bins: int,
+    counts_ref: np.ndarray,
+    counts_new: np.ndarray,
     n_permutations: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Mean-TV statistic after ``n_permutations`` within-prompt reassignments of the pooled samples.
 
     For each prompt the ``n1 + n2`` samples of both groups are pooled and a uniformly random
-    ``n1`` of them become the first group, independently across prompts and permutations.
+    ``n1`` of them become the first group, independently across prompts and permutations. Only
+    the counts matter, so the first group's counts are one multivariate hypergeometric draw
+    from the pooled counts (exactly the law of the reassignment), vectorised over permutations.
+    ``counts_ref, counts_new`` are ``(P, V)`` integer-valued; returns ``(n_permutations,)``.
     """
-    pooled, lengths = pad(
-        [np.concatenate([a, b]) for a, b in zip(codes_ref, codes_new, strict=True)]
-    )
-    n1 = np.array([len(a) for a in codes_ref], dtype=np.int64)
-    positions = np.arange(pooled.shape[1])
-    first = positions < n1[:, None]  # (P, L): sorted positions that go to the first group
-    second = (positions >= n1[:, None]) & (positions < lengths[:, None])
-    out = []
-    done = 0
-    while done < n_permutations:
-        b = min(PERMUTATION_CHUNK, n_permutations - done)
-        order = _first_k(rng, np.broadcast_to(lengths, (b, len(lengths))), pooled.shape[1])
-        shuffled = np.take_along_axis(np.broadcast_to(pooled, order.shape), order, axis=-1)
-        c1 = counts(shuffled, n_bins, np.broadcast_to(first, order.shape))
-        c2 = counts(shuffled, n_bins, np.broadcast_to(second, order.shape))
-        out.append(mean_tv(c1, c2))
-        done += b
-    return np.concatenate(out) if out else np.zeros(0)
+    pooled = (counts_ref + counts_new).astype(np.int64)
+    n1 = counts_ref.sum(axis=1).astype(np.int64)
+    c1 = np.empty((n_permutations, *pooled.shape), dtype=np.float64)
+    for p in range(pooled.shape[0]):
+        c1[:, p] = rng.multivariate_hypergeometric(pooled[p], int(n1[p]), size=n_permutations)
+    c2 = pooled[None].astype(np.float64) - c1
+    return mean_tv(c1, c2)

@@ -699,7 +699,8 @@ def b3it_test(ref_samples, new_samples, n_permutations: int = 1000, rng=None) ->
     The statistic is :func:`tv_statistic` of the per-prompt counts. The p-value is a permutation
     p-value **[PROPOSAL]** (stubbed in the reference repository): for each prompt both samples
     are pooled and reassigned at random into groups of the original sizes, independently across
-    prompts, ``B = n_permutations`` times, and ``p = (1 + #{T_b >= T}) / (B + 1)``, which is a
+    prompts, ``B = n_permutations`` times (drawn as multivariate hypergeometric counts, the
+    exact law of such a reassignment), and ``p = (1 + #{T_b >= T}) / (B + 1)``, which is a
     valid level-alpha test under exchangeability (the null of an unchanged endpoint).
 
     Parameters
@@ -741,7 +742,7 @@ def b3it_test(ref_samples, new_samples, n_permutations: int = 1000, rng=None) ->
     stat = float(_bc.mean_tv(c1, c2))
     if b == 0:
         return TestResult(stat, math.nan)
-    perm = _bc.permutation_statistics(codes_ref, codes_new, n_bins, b, gen)
+    perm = _bc.permutation_statistics(c1, c2, b, gen)
     exceed = int(np.count_nonzero(perm >= stat - 1e-12))
     return TestResult(stat, (1 + exceed) / (b + 1))
 
@@ -1368,7 +1369,8 @@ class B3ITMonitor:
         Returns
         -------
         value : float
-            The batch's mean TV against the reference.
+            The batch's mean TV against the reference; NaN, and no update, when the batch
+            holds no sample of a monitored prompt (an outage).
 
         Examples
         --------
@@ -1392,6 +1394,8 @@ class B3ITMonitor:
             counting = self._counting(sampler)
             batch = {p: counting(p, self.samples_per_step) for p in self.prompts_}
             self.cost_by_phase_["monitoring"] += counting.reset()
+        if not any(batch.get(p) for p in self.prompts_):
+            return math.nan  # an outage: nothing to score, the series is left as it is
         value = self.statistic(batch)
         self.series_.append((timestamp, value))
         event = self._detector.update(timestamp, value)
