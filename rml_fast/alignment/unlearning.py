@@ -685,7 +685,8 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
             objective: str = "mse", steps: int = 200, lr: float = 1e-3, batch_size: int = 128,
             sigma: float = 1.0, alpha: float | None = None, t_range: tuple[int, int] | None = None,
             preserve: tuple[Tensor, Tensor] | None = None, prior_weight: float = 1.0,
-            pcgrad: bool = True, divergence: str = "kl", critic: nn.Module | None = None,
+            pcgrad: bool = True, optimizer: str = "adam",
+            trainable: Callable[[str], bool] | None = None, divergence: str = "kl", critic: nn.Module | None = None,
             critic_lr: float = 1e-3, critic_warmup: int = 50,
             callback: Callable[[int, nn.Module], None] | None = None, callback_every: int = 10,
             seed: int | torch.Generator = 0, progress: bool = True) -> UnlearnResult:
@@ -699,7 +700,7 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
     :data:`DIVERGENCES`, after ``critic_warmup`` critic-only steps). With ``preserve`` the MSE to
     the frozen model on other concepts (self-distillation; PROPOSED: concept ablation uses the
     denoising loss on anchor images) is added, through :func:`pcgrad_project` when ``pcgrad``.
-    Optimiser: Adam on all parameters.
+    Optimiser: Adam (or SGD) on the ``trainable`` parameters.
 
     Parameters
     ----------
@@ -725,6 +726,12 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
     prior_weight : float, default=1.0
         ``lambda`` of the preservation term.
     pcgrad : bool, default=True
+    optimizer : {"adam", "sgd"}, default="adam"
+        Adam (as in f-DMU) is invariant to a common scale of the gradient, so only the objectives'
+        per-sample reweighting differs; plain SGD also feels their gradient magnitudes.
+    trainable : callable, optional
+        ``trainable(name) -> bool`` selects the parameters to fine-tune by their names in
+        ``model.named_parameters()`` (f-DMU tunes cross-attention K, V only); default all.
     divergence : str, default="kl"
         For ``objective="variational"``.
     critic : nn.Module, optional
@@ -764,6 +771,8 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective must be one of {_OBJECTIVES}, got {objective!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     if objective == "variational" and divergence not in DIVERGENCES:
         raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
     if objective == "alpha":
@@ -806,8 +815,14 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
     for p in frozen.parameters():
         p.requires_grad_(False)
     tuned = copy.deepcopy(model).train()
-    params = [p for p in tuned.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
+    params = [p for n, p in tuned.named_parameters()
+              if p.requires_grad and (trainable is None or trainable(n))]
+    if not params:
+        raise ValueError("trainable selects no parameter of model")
+    keep = {id(p) for p in params}
+    for p in tuned.parameters():
+        p.requires_grad_(id(p) in keep)
+    opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(params, lr=lr)
     vf = crit_opt = None
     if objective == "variational":
         vf = VariationalFDivergence(divergence)
@@ -848,7 +863,7 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
             crit_opt.zero_grad(set_to_none=True)
             c_loss.backward()
             crit_opt.step()
-            result.critic_loss.append(float(c_loss))
+            result.critic_loss.append(float(c_loss.detach()))
             if it < critic_warmup:
                 continue
             loss = vf.generator_loss(critic(flat(pred), cond))
@@ -877,12 +892,12 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
             for p in params:
                 p.grad = g_tot[off:off + p.numel()].view_as(p).clone()
                 off += p.numel()
-            result.prior_loss.append(float(prior))
+            result.prior_loss.append(float(prior.detach()))
         else:
             opt.zero_grad(set_to_none=True)
             loss.backward()
         opt.step()
-        result.loss.append(float(loss))
+        result.loss.append(float(loss.detach()))
         if (step + 1) % callback_every == 0 and step + 1 < steps:
             _call(step + 1)
     _call(steps)
