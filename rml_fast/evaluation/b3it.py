@@ -101,14 +101,16 @@ def _tokens_of(value: Any, name: str) -> list[str]:
     return out
 
 
-def _check_samples(samples: Any, name: str, *, min_per_prompt: int = 1) -> dict[str, list[str]]:
+def _check_samples(
+    samples: Any, name: str, *, min_per_prompt: int = 1, allow_empty: bool = False
+) -> dict[str, list[str]]:
     """``{prompt: tokens or Counter}`` -> ``{prompt: list of tokens}``, validated."""
     if not isinstance(samples, Mapping):
         raise TypeError(
             f"{name} must be a mapping {{prompt: list of tokens or Counter}}, "
             f"got {type(samples).__name__}"
         )
-    if not samples:
+    if not samples and not allow_empty:
         raise ValueError(f"{name} must hold at least one prompt, got an empty mapping")
     out = {}
     for prompt, value in samples.items():
@@ -1380,7 +1382,9 @@ class B3ITMonitor:
         """
         self._check_fitted()
         if isinstance(sampler_or_batch, Mapping):
-            batch = _check_samples(sampler_or_batch, "sampler_or_batch", min_per_prompt=0)
+            batch = _check_samples(
+                sampler_or_batch, "sampler_or_batch", min_per_prompt=0, allow_empty=True
+            )
             sampler = None
             cost = Cost()
             for p in self.prompts_:
