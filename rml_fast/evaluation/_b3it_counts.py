@@ -70,11 +70,16 @@ def mean_tv(c1: np.ndarray, c2: np.ndarray) -> np.ndarray:
 def _first_k(rng: np.random.Generator, lengths: np.ndarray, k: int) -> np.ndarray:
     """Uniform random ordered draws without replacement: ``lengths (..., )`` -> ``(..., k)``.
 
-    A key ``U(0, 1)`` per pool position (2.0 on padding), sorted: the first ``k`` positions.
+    A key ``U(0, 1)`` per pool position (2.0 on padding): the positions of the ``k`` smallest
+    keys in increasing key order (a partial sort, ``O(L + k log k)`` per row).
     """
     lmax = int(lengths.max())
     keys = rng.random((*lengths.shape, lmax))
     keys[np.arange(lmax) >= lengths[..., None]] = 2.0
+    if k < lmax:
+        idx = np.argpartition(keys, k - 1, axis=-1)[..., :k]
+        sub = np.take_along_axis(keys, idx, axis=-1)
+        return np.take_along_axis(idx, np.argsort(sub, axis=-1, kind="stable"), axis=-1)
     return np.argsort(keys, axis=-1, kind="stable")[..., :k]
 
 

@@ -694,6 +694,8 @@ class TestResult(NamedTuple):
     statistic: float
     pvalue: float
 
+    __test__ = False  # not a pytest test class, despite its name
+
 
 def b3it_test(ref_samples, new_samples, n_permutations: int = 1000, rng=None) -> TestResult:
     """Two-sample B3IT test of "same endpoint" on border-input samples.
