@@ -241,7 +241,7 @@ def test_parse_judge_output_variants(text, ea, ca):
              '{"EA": true, "CA": 3}', '{"EA": "four", "CA": 3}', "", "{" * 5000]
 )
 def test_parse_judge_output_rejects(text):
-    with pytest.raises(ValueError, match="judge|EA|CA"):
+    with pytest.raises(ValueError, match=r"judge|EA|CA"):
         parse_judge_output(text)
 
 
