@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["grpo_advantages", "grpo_loss", "sequence_ratio"]
@@ -38,8 +39,8 @@ _REDUCTIONS = ("sequence", "token")
 def _as_float_tensor(x: Any, name: str, *, ndim: int | tuple[int, ...]) -> torch.Tensor:
     """``x`` as a floating torch tensor (kept as is when already floating), shape checked."""
     if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.as_tensor(x)
+        try:  # through NumPy: Python floats stay float64
+            x = torch.as_tensor(np.asarray(x))
         except Exception as exc:  # ragged lists and the like
             raise TypeError(f"{name} must be a tensor or array-like, got {type(x).__name__}") from exc
     if x.dtype == torch.bool or not (x.is_floating_point() or x.dtype in _INT_DTYPES):
