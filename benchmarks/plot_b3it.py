@@ -63,8 +63,8 @@ def run(quick: bool = False) -> dict:
     """Compute every number of the figure; returns them as a JSON-able dict."""
     n_tests = 300 if quick else 1000
     ep = LinearLMEndpoint(seed=0)
-    bis = find_border_inputs(ep, ep.candidate_prompts(), target=50, rng=0)
-    border = select_balanced(reference_distributions(ep, bis, 100), 20)
+    bis = find_border_inputs(ep, ep.candidate_prompts(), target=50, rng=0, progress=False)
+    border = select_balanced(reference_distributions(ep, bis, 100, progress=False), 20)
     rand = [str(p) for p in np.random.default_rng(5).choice(ep.candidate_prompts(), 20, False)]
     res: dict = {"scales": list(SCALES), "auc_bi": [], "auc_random": []}
     for s in SCALES:

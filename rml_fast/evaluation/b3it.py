@@ -509,7 +509,7 @@ def find_border_inputs(
     target: int = 50,
     max_candidates: int = 5000,
     rng=None,
-    progress: bool = False,
+    progress: bool = True,
 ) -> list[str]:
     """Phase 1: find border inputs among candidate prompts by black-box sampling.
 
@@ -531,8 +531,8 @@ def find_border_inputs(
         Most candidates tried.
     rng : numpy Generator, int or None
         Order in which the candidates are tried.
-    progress : bool, default=False
-        Show a tqdm progress bar.
+    progress : bool, default=True
+        Show a tqdm progress bar (on stderr).
 
     Returns
     -------
@@ -543,7 +543,7 @@ def find_border_inputs(
     Examples
     --------
     >>> ep = LinearLMEndpoint(seed=0)
-    >>> bis = find_border_inputs(ep, ep.candidate_prompts(), target=5, rng=0)
+    >>> bis = find_border_inputs(ep, ep.candidate_prompts(), target=5, rng=0, progress=False)
     >>> len(bis), all(ep.top2_gap(p) < 0.01 for p in bis)
     (5, True)
     """
@@ -568,7 +568,7 @@ def reference_distributions(
     sampler: Callable[[str, int], list[str]],
     prompts: Sequence[str],
     n_samples: int = 100,
-    progress: bool = False,
+    progress: bool = True,
 ) -> dict[str, Counter]:
     """Sample each prompt ``n_samples`` times: the reference first-token distributions.
 
@@ -578,7 +578,7 @@ def reference_distributions(
     prompts : sequence of str
         Border inputs (R=100 samples each in production, 50 in-vitro).
     n_samples : int, default=100
-    progress : bool, default=False
+    progress : bool, default=True
 
     Returns
     -------
@@ -587,7 +587,8 @@ def reference_distributions(
 
     Examples
     --------
-    >>> ref = reference_distributions(lambda p, n: ["a", "b"] * (n // 2), ["x"], n_samples=4)
+    >>> sampler = lambda p, n: ["a", "b"] * (n // 2)
+    >>> ref = reference_distributions(sampler, ["x"], n_samples=4, progress=False)
     >>> ref["x"]
     Counter({'a': 2, 'b': 2})
     """
@@ -1130,7 +1131,7 @@ class B3ITMonitor:
         Called once per new event.
     count_tokens : callable str -> int, optional
         Input tokens of a prompt, for :attr:`cost_` (default: whitespace words).
-    progress : bool, default=False
+    progress : bool, default=True
         Progress bars during :meth:`fit`.
     rng : numpy Generator, int or None
         Order in which discovery tries the candidates.
@@ -1157,7 +1158,7 @@ class B3ITMonitor:
     Examples
     --------
     >>> ep = LinearLMEndpoint(seed=0)
-    >>> mon = B3ITMonitor(rng=0).fit(ep, ep.candidate_prompts())
+    >>> mon = B3ITMonitor(progress=False, rng=0).fit(ep, ep.candidate_prompts())
     >>> values = [mon.step(ep, day) for day in range(20)]
     >>> swapped = LinearLMEndpoint(seed=1)
     >>> values += [mon.step(swapped, day) for day in range(20, 25)]
@@ -1187,7 +1188,7 @@ class B3ITMonitor:
         reinitialize: str = "never",
         on_event: Callable[[ChangeEvent], Any] | None = None,
         count_tokens: Callable[[str], int] | None = None,
-        progress: bool = False,
+        progress: bool = True,
         rng=None,
     ) -> None:
         self.queries_per_input = check_scalar(

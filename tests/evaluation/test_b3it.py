@@ -57,8 +57,10 @@ def endpoint() -> LinearLMEndpoint:
 @pytest.fixture(scope="module")
 def border(endpoint) -> list[str]:
     """The 20 most balanced of 50 border inputs of the stand-in endpoint."""
-    bis = find_border_inputs(endpoint, endpoint.candidate_prompts(), target=50, rng=0)
-    return select_balanced(reference_distributions(endpoint, bis, 100), 20)
+    bis = find_border_inputs(
+        endpoint, endpoint.candidate_prompts(), target=50, rng=0, progress=False
+    )
+    return select_balanced(reference_distributions(endpoint, bis, 100, progress=False), 20)
 
 
 # ------------------------------------------------------------------------------- statistic
@@ -263,7 +265,9 @@ def test_border_inputs_beat_random_prompts_at_equal_budget(endpoint, border):
 # ------------------------------------------------------------------------------- discovery
 def test_discovery_finds_near_ties_and_counts_cost(endpoint):
     sampler = CountingSampler(endpoint)
-    bis = find_border_inputs(sampler, endpoint.candidate_prompts(), target=30, rng=2)
+    bis = find_border_inputs(
+        sampler, endpoint.candidate_prompts(), target=30, rng=2, progress=False
+    )
     assert len(bis) == 30
     # two tokens in 3 queries needs a top-2 gap of a few jitter sd (6 sd: P(flip) ~ 1e-5)
     assert all(endpoint.top2_gap(p) < 6 * endpoint.jitter for p in bis)
@@ -278,7 +282,9 @@ def test_discovery_finds_near_ties_and_counts_cost(endpoint):
 
 
 def test_reference_and_balance():
-    ref = reference_distributions(lambda p, n: (["a"] * 3 + ["b"]) * (n // 4), ["x", "y"], 8)
+    ref = reference_distributions(
+        lambda p, n: (["a"] * 3 + ["b"]) * (n // 4), ["x", "y"], 8, progress=False
+    )
     assert ref == {"x": Counter(a=6, b=2), "y": Counter(a=6, b=2)}
     assert balance_score(Counter(a=6, b=2)) == pytest.approx(1 / 3)
     assert balance_score(Counter(a=5)) == 0.0
@@ -417,7 +423,7 @@ def test_is_unstable():
 # ------------------------------------------------------------------------------- monitor
 def test_monitor_quiet_then_detects_swap_on_the_day(endpoint):
     seen: list[ChangeEvent] = []
-    mon = B3ITMonitor(on_event=seen.append, rng=0).fit(endpoint)
+    mon = B3ITMonitor(on_event=seen.append, progress=False, rng=0).fit(endpoint)
     assert len(mon.prompts_) == 20 and len(mon.border_inputs_) == 50
     disc = mon.cost_by_phase_["discovery"]
     assert disc.requests % 3 == 0 and disc.input_tokens == 2 * disc.requests
@@ -434,7 +440,7 @@ def test_monitor_quiet_then_detects_swap_on_the_day(endpoint):
 
 
 def test_monitor_detects_weight_noise(endpoint):
-    mon = B3ITMonitor(rng=1).fit(endpoint)
+    mon = B3ITMonitor(progress=False, rng=1).fit(endpoint)
     changed = endpoint.changed(3e-3, seed=2)
     for day in range(25):
         mon.step(endpoint, day)
@@ -444,7 +450,7 @@ def test_monitor_detects_weight_noise(endpoint):
 
 
 def test_monitor_batches_and_reinitialisation(endpoint):
-    mon = B3ITMonitor(rng=0).fit(endpoint)
+    mon = B3ITMonitor(progress=False, rng=0).fit(endpoint)
     batch = {p: endpoint(p, 10) for p in mon.prompts_}
     batch["not monitored"] = ["x"]
     expected = np.mean(
@@ -454,7 +460,7 @@ def test_monitor_batches_and_reinitialisation(endpoint):
     assert np.isnan(mon.step({}, "2026-01-02")) and len(mon.series_) == 1  # outage: skipped
     assert mon.cost_by_phase_["monitoring"].requests == 200
 
-    re = B3ITMonitor(reinitialize="event", rng=0).fit(endpoint)
+    re = B3ITMonitor(reinitialize="event", progress=False, rng=0).fit(endpoint)
     old_prompts = list(re.prompts_)
     swapped = LinearLMEndpoint(seed=5)
     for day in range(20):
@@ -468,7 +474,7 @@ def test_monitor_batches_and_reinitialisation(endpoint):
 
 def test_monitor_needs_border_inputs():
     with pytest.raises(RuntimeError, match="min_bis"):
-        B3ITMonitor().fit(lambda p, n: ["same"] * n, ["a", "b", "c"])
+        B3ITMonitor(progress=False).fit(lambda p, n: ["same"] * n, ["a", "b", "c"])
 
 
 # ------------------------------------------------------------------------------- stand-in
