@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-from scipy.linalg.blas import dger
+from scipy.linalg.blas import dger, dsymv, dsyrk
+from scipy.linalg.lapack import dpotrf, dpotri
 
 from rml_fast._validation import Interval, check_array, check_scalar
 
@@ -23,11 +24,21 @@ _VAR_FLOOR = 1e-18
 # --------------------------------------------------------------------------------------------
 
 
+def _symmetric(upper: np.ndarray) -> np.ndarray:
+    """The symmetric matrix whose upper triangle is that of ``upper``."""
+    return np.triu(upper) + np.triu(upper, 1).T
+
+
 def _chol_inverse(A: np.ndarray) -> np.ndarray:
-    """Inverse of a symmetric positive-definite matrix through its Cholesky factor."""
-    c, low = scipy.linalg.cho_factor(A, lower=True, check_finite=False)
-    inv = scipy.linalg.cho_solve((c, low), np.eye(A.shape[0]), check_finite=False)
-    return (inv + inv.T) * 0.5
+    """Inverse of a symmetric positive-definite matrix from its Cholesky factor (LAPACK
+    potrf + potri, ``d^3`` flops against ``2 d^3`` for an LU inverse)."""
+    c, info = dpotrf(A, lower=0, clean=0)
+    if info != 0:
+        raise np.linalg.LinAlgError("matrix is not positive definite")
+    inv, info = dpotri(c, lower=0)
+    if info != 0:
+        raise np.linalg.LinAlgError("Cholesky inverse failed")
+    return _symmetric(inv)
 
 
 class _Policy:
@@ -48,17 +59,19 @@ class _Policy:
         # A and A_inv are C-contiguous and symmetric, so their transposes are Fortran views that
         # BLAS dger updates in place (no d x d temporary).
         dger(1.0, x, x, a=self.A[a].T, overwrite_a=1)
+        self.b[a] += r * x
         if den > _SM_EPS and math.isfinite(den):
             dger(-1.0 / den, z, z, a=A_inv.T, overwrite_a=1)
+            # theta' = (A^-1 - z z^T / den)(b + r x) = theta + z (r - z^T b' / den): O(d)
+            self.theta[a] += (r - float(z @ self.b[a]) / den) * z
         else:  # Sherman-Morrison breakdown: refactorise
             self.A_inv[a] = _chol_inverse(self.A[a])
-        self.b[a] += r * x
-        self.theta[a] = self.A_inv[a] @ self.b[a]
+            self.theta[a] = self.A_inv[a] @ self.b[a]
         self.n_pulls[a] += 1
 
     def rank_k(self, a: int, X: np.ndarray, r: np.ndarray) -> None:
         k, d = X.shape
-        self.A[a] += X.T @ X
+        self.A[a] += _symmetric(dsyrk(1.0, X, trans=1))  # X^T X, half the flops of a GEMM
         self.b[a] += X.T @ r
         done = False
         if 4 * k < d:  # Woodbury: A^-1 <- A^-1 - Z (I + X Z)^-1 Z^T with Z = A^-1 X^T
@@ -173,9 +186,12 @@ class LinUCB:
             quad = np.repeat((np.einsum("nd,nd->n", X, X) / self.lambda_reg)[:, None], K, 1)
             mean = np.zeros((n, K))
         else:
-            # (K d, d) @ (d, n): one GEMM for all arms and contexts
-            XA = (p.A_inv.reshape(K * d, d) @ X.T).reshape(K, d, n)
-            quad = np.einsum("kdn,nd->nk", XA, X)
+            if n == 1:  # K symmetric mat-vecs read half of each A^-1 (memory bound)
+                x = np.ascontiguousarray(X[0])
+                quad = np.array([[x @ dsymv(1.0, p.A_inv[k].T, x) for k in range(K)]])
+            else:  # (K d, d) @ (d, n): one GEMM for all arms and contexts
+                XA = (p.A_inv.reshape(K * d, d) @ X.T).reshape(K, d, n)
+                quad = np.einsum("kdn,nd->nk", XA, X)
             mean = X @ p.theta.T
         return mean + self.alpha * np.sqrt(np.maximum(quad, _VAR_FLOOR))
 

@@ -117,6 +117,7 @@ def test_ucb_scores_equal_mabwiser_linucb(d):
         theirs = mab.predict_expectations(Q)
         theirs = np.array([[e[a] for a in range(K)] for e in theirs])
         np.testing.assert_allclose(ours.ucb(Q), theirs, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(ours.ucb(Q[0]), theirs[:1], rtol=1e-9, atol=1e-9)
         mab.partial_fit(arms[t : t + 1], r[t : t + 1], X[t : t + 1])
         ours.update(int(arms[t]), X[t], r[t])
 
