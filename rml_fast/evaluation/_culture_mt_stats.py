@@ -22,20 +22,25 @@ def dense_ranks(v: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @numba.njit(cache=True)
-def _weighted_corr_batch(xr, gx, yr, gy, order, counts):  # pragma: no cover - numba
-    """tau_b and rho for each row of ``counts`` (B, m) of points (xr, yr) given as dense ranks.
+def _weighted_corr_batch(xr, gx, yr, gy, order, counts, seg):  # pragma: no cover - numba
+    """tau_b and rho of points (xr, yr), given as dense ranks, with weights ``counts[b, seg]``.
+
+    ``counts`` is (B, k) per cluster (item); ``seg`` (m,) maps each point to its cluster.
 
     ``order`` sorts the points by (x rank, y rank).  Returns two (B,) float64 arrays; NaN where
     a statistic is undefined (fewer than two distinct values on a side).
     """
-    B, m = counts.shape
+    B = counts.shape[0]
+    m = seg.size
+    w = np.empty(m, np.int64)
     tau = np.empty(B)
     rho = np.empty(B)
     tree = np.zeros(gy + 1, np.int64)
     ygw = np.zeros(gy, np.int64)
     yrank_val = np.zeros(gy)
     for b in range(B):
-        w = counts[b]
+        for i in range(m):
+            w[i] = counts[b, seg[i]]
         tree[:] = 0
         ygw[:] = 0
         W = 0
@@ -118,13 +123,19 @@ def _weighted_corr_batch(xr, gx, yr, gy, order, counts):  # pragma: no cover - n
     return tau, rho
 
 
-def rank_correlations(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kendall tau_b and Spearman rho of (x, y) weighted by each row of ``counts`` (B, m)."""
+def rank_correlations(
+    x: np.ndarray, y: np.ndarray, counts: np.ndarray, seg: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kendall tau_b and Spearman rho of (x, y) (m,), point i weighted by ``counts[b, seg[i]]``.
+
+    ``counts`` is (B, k) (``seg`` defaults to ``arange(m)``, k = m); returns two (B,) arrays.
+    """
     xr, gx = dense_ranks(x)
     yr, gy = dense_ranks(y)
     order = np.lexsort((yr, xr)).astype(np.int64)
     counts = np.ascontiguousarray(counts, dtype=np.int64)
-    tau, rho = _weighted_corr_batch(xr, gx, yr, gy, order, counts)
+    seg = np.arange(xr.size, dtype=np.int64) if seg is None else np.asarray(seg, dtype=np.int64)
+    tau, rho = _weighted_corr_batch(xr, gx, yr, gy, order, counts, seg)
     return np.clip(tau, -1.0, 1.0), np.clip(rho, -1.0, 1.0)
 
 

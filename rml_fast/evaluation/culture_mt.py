@@ -773,8 +773,9 @@ class CultureMTHarness:
                 valid = np.isfinite(X)
                 local = np.broadcast_to(np.arange(idx.size), X.shape)[valid]
                 x, y = X[valid], CE[:, idx][valid]
-                w = np.vstack([np.ones((1, x.size), np.int64), counts[:, local]])
-                tau, rho = _st.rank_correlations(x, y, w)
+                t0, r0 = _st.rank_correlations(x, y, np.ones((1, idx.size), np.int64), local)
+                tb, rb = _st.rank_correlations(x, y, counts, local)
+                tau, rho = np.concatenate([t0, tb]), np.concatenate([r0, rb])
                 for stat, vals_ in (("kendall_tau_b", tau), ("spearman", rho)):
                     lo, hi = ci(vals_[1:])
                     rows.append(MetaRow("segment", m, grp, sub, stat, float(vals_[0]), lo, hi, int(x.size)))
