@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import binom
+from scipy.stats import binom, permutation_test
 from sklearn.metrics import roc_auc_score
 
 from rml_fast.evaluation import _b3it_counts as bc
@@ -140,6 +140,22 @@ def test_permutation_pvalue_matches_exact_enumeration():
     assert res.statistic == pytest.approx(t_obs)
     mc = (res.pvalue * (b + 1) - 1) / b
     assert abs(mc - exact) < 4 * np.sqrt(exact * (1 - exact) / b)
+    # one prompt: scipy's exact permutation test with the TV statistic is the peer
+    x = np.array([0, 0, 0, 1, 1, 1, 2])
+    y = np.array([1, 1, 2, 2])
+
+    def tv(a, b, axis=-1):
+        ca = np.stack([(a == k).mean(axis=axis) for k in range(3)])
+        cb = np.stack([(b == k).mean(axis=axis) for k in range(3)])
+        return 0.5 * np.abs(ca - cb).sum(axis=0)
+
+    peer = permutation_test(
+        (x, y), tv, permutation_type="independent", n_resamples=np.inf, alternative="greater"
+    )
+    one = b3it_test({"p": [str(v) for v in x]}, {"p": [str(v) for v in y]}, b, rng=4)
+    assert one.statistic == pytest.approx(peer.statistic)
+    mc = (one.pvalue * (b + 1) - 1) / b
+    assert abs(mc - peer.pvalue) < 4 * np.sqrt(peer.pvalue * (1 - peer.pvalue) / b)
     # reproducible from the seed, and the caller's data is untouched
     assert b3it_test(ref, new, n_permutations=50, rng=9) == b3it_test(
         ref, new, n_permutations=50, rng=9
