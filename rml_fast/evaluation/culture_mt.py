@@ -187,6 +187,7 @@ def load_items(path_or_records: str | Path | Sequence[Mapping[str, Any]]) -> lis
     >>> items[0].reference is None
     True
     """
+    records: Any
     if isinstance(path_or_records, (str, Path)):
         path = Path(path_or_records)
         if not path.is_file():
@@ -470,11 +471,13 @@ class CultureMTHarness:
             raise TypeError(f"items must be a sequence of UGCItem or dicts, got {type(items).__name__}")
         if len(items) == 0:
             raise ValueError("items must not be empty")
+        self.items: list[UGCItem]
         if all(isinstance(it, UGCItem) for it in items):
-            ids = [it.id for it in items]
+            given = [it for it in items if isinstance(it, UGCItem)]
+            ids = [it.id for it in given]
             if len(set(ids)) != len(ids):
                 raise ValueError("items: duplicate ids")
-            self.items = list(items)
+            self.items = given
         else:
             self.items = load_items(items)  # type: ignore[arg-type]
         if not callable(judge):
@@ -485,19 +488,20 @@ class CultureMTHarness:
         if isinstance(n_judge_samples, bool) or not isinstance(n_judge_samples, numbers.Integral) \
                 or n_judge_samples < 1:
             raise ValueError(f"n_judge_samples must be an int >= 1, got {n_judge_samples!r}")
-        self.n_judge_samples = int(n_judge_samples)
+        self.n_judge_samples: int = int(n_judge_samples)
         try:
             w = tuple(float(v) for v in weights)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"weights must be a pair of numbers (w_EA, w_CA), got {weights!r}") from exc
         if len(w) != 2 or not all(math.isfinite(v) and v >= 0 for v in w) or abs(sum(w) - 1) > 1e-9:
             raise ValueError(f"weights must be two non-negative numbers summing to 1, got {weights!r}")
-        self.weights = w
-        self.scale = _check_scale(scale)
-        self.source_lang, self.target_lang = str(source_lang), str(target_lang)
+        self.weights: tuple[float, float] = (w[0], w[1])
+        self.scale: tuple[float, float] = _check_scale(scale)
+        self.source_lang: str = str(source_lang)
+        self.target_lang: str = str(target_lang)
         self._rng = check_rng(rng)
         self._cache: dict[str, tuple[float, float, str]] = {}
-        self.n_judge_calls = 0
+        self.n_judge_calls: int = 0
 
     @property
     def metric_names(self) -> tuple[str, ...]:
