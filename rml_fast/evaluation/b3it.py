@@ -51,6 +51,15 @@ __all__ = [
     "two_sample_statistics",
 ]
 
+
+def _int(value: Any, name: str, interval: Interval) -> int:
+    return int(check_scalar(value, name, interval))
+
+
+def _real(value: Any, name: str, interval: Interval) -> float:
+    return float(check_scalar(value, name, interval))
+
+
 _POS_INT = Interval("int", 1, None)
 _NONNEG_INT = Interval("int", 0, None)
 _NONNEG_REAL = Interval("real", 0.0, None)
@@ -265,7 +274,7 @@ class CountingSampler:
         >>> CountingSampler(lambda p, n: ["x"] * n)("p", 2)
         ['x', 'x']
         """
-        n = check_scalar(n, "n", _POS_INT)
+        n = _int(n, "n", _POS_INT)
         out = list(self.sampler(prompt, n))
         if len(out) != n or not all(isinstance(t, str) for t in out):
             raise ValueError(
@@ -341,13 +350,11 @@ class LinearLMEndpoint:
         seed: int = 0,
         rng=None,
     ) -> None:
-        vocab_size = check_scalar(vocab_size, "vocab_size", Interval("int", 2, None))
-        context = check_scalar(context, "context", _POS_INT)
-        weight_scale = check_scalar(
-            weight_scale, "weight_scale", Interval("real", 0, None, "neither")
-        )
-        jitter = check_scalar(jitter, "jitter", _NONNEG_REAL)
-        seed = check_scalar(seed, "seed", _NONNEG_INT)
+        vocab_size = _int(vocab_size, "vocab_size", Interval("int", 2, None))
+        context = _int(context, "context", _POS_INT)
+        weight_scale = _real(weight_scale, "weight_scale", Interval("real", 0, None, "neither"))
+        jitter = _real(jitter, "jitter", _NONNEG_REAL)
+        seed = _int(seed, "seed", _NONNEG_INT)
         w_seq, j_seq = np.random.SeedSequence(seed).spawn(2)
         gen = np.random.default_rng(w_seq)
         self.vocab_size = vocab_size
@@ -438,7 +445,7 @@ class LinearLMEndpoint:
         >>> LinearLMEndpoint(seed=0)("t01 t02", 2)
         ['t23', 't23']
         """
-        n = check_scalar(n, "n", _POS_INT)
+        n = _int(n, "n", _POS_INT)
         z = self.logits(prompt)[None, :] + self._rng.normal(0.0, self.jitter, (n, self.vocab_size))
         return [self._vocab[i] for i in z.argmax(axis=1)]
 
@@ -479,8 +486,8 @@ class LinearLMEndpoint:
         >>> bool(abs(ep.changed(0.5).logits("t01") - ep.logits("t01")).max() > 0.1)
         True
         """
-        scale = check_scalar(scale, "scale", _NONNEG_REAL)
-        seed = check_scalar(seed, "seed", _NONNEG_INT)
+        scale = _real(scale, "scale", _NONNEG_REAL)
+        seed = _int(seed, "seed", _NONNEG_INT)
         out = LinearLMEndpoint.__new__(LinearLMEndpoint)
         out.__dict__.update(self.__dict__)
         noise_seq, jitter_seq = np.random.SeedSequence([seed, 0xB317]).spawn(2)
@@ -549,9 +556,9 @@ def find_border_inputs(
     """
     _check_sampler(sampler)
     cands = _check_prompts(candidates, "candidates")
-    q = check_scalar(queries_per_input, "queries_per_input", Interval("int", 2, None))
-    target = check_scalar(target, "target", _POS_INT)
-    max_candidates = check_scalar(max_candidates, "max_candidates", _POS_INT)
+    q = _int(queries_per_input, "queries_per_input", Interval("int", 2, None))
+    target = _int(target, "target", _POS_INT)
+    max_candidates = _int(max_candidates, "max_candidates", _POS_INT)
     gen = check_rng(rng)
     order = gen.permutation(len(cands))[:max_candidates]
     found: list[str] = []
@@ -594,7 +601,7 @@ def reference_distributions(
     """
     _check_sampler(sampler)
     ps = _check_prompts(prompts, "prompts")
-    n = check_scalar(n_samples, "n_samples", _POS_INT)
+    n = _int(n_samples, "n_samples", _POS_INT)
     return {p: Counter(sampler(p, n)) for p in _progress(ps, len(ps), "B3IT reference", progress)}
 
 
@@ -643,7 +650,7 @@ def select_balanced(ref: Mapping[str, Mapping[str, int]], k: int = 20) -> list[s
     """
     if not isinstance(ref, Mapping):
         raise TypeError(f"ref must be a mapping {{prompt: Counter}}, got {type(ref).__name__}")
-    k = check_scalar(k, "k", _POS_INT)
+    k = _int(k, "k", _POS_INT)
     scores = {p: balance_score(c) for p, c in ref.items()}
     return sorted(ref, key=lambda p: scores[p], reverse=True)[:k]
 
@@ -695,7 +702,8 @@ class TestResult(NamedTuple):
     statistic: float
     pvalue: float
 
-    __test__ = False  # not a pytest test class, despite its name
+
+setattr(TestResult, "__test__", False)  # noqa: B010 -- not a pytest test class, despite its name
 
 
 def b3it_test(ref_samples, new_samples, n_permutations: int = 1000, rng=None) -> TestResult:
@@ -736,7 +744,7 @@ def b3it_test(ref_samples, new_samples, n_permutations: int = 1000, rng=None) ->
             f"ref_samples and new_samples must have the same prompts; these are in only one: "
             f"{missing}"
         )
-    b = check_scalar(n_permutations, "n_permutations", _NONNEG_INT)
+    b = _int(n_permutations, "n_permutations", _NONNEG_INT)
     gen = check_rng(rng)
     prompts = list(ref)
     (codes_ref, codes_new), n_bins = _bc.encode(
@@ -753,10 +761,10 @@ def b3it_test(ref_samples, new_samples, n_permutations: int = 1000, rng=None) ->
 
 
 def _resplit_args(n_prompts, ref_per_prompt, det_per_prompt, n_tests, pool_size):
-    n_prompts = check_scalar(n_prompts, "n_prompts", _POS_INT)
-    ref_per_prompt = check_scalar(ref_per_prompt, "ref_per_prompt", _POS_INT)
-    det_per_prompt = check_scalar(det_per_prompt, "det_per_prompt", _POS_INT)
-    n_tests = check_scalar(n_tests, "n_tests", _NONNEG_INT)
+    n_prompts = _int(n_prompts, "n_prompts", _POS_INT)
+    ref_per_prompt = _int(ref_per_prompt, "ref_per_prompt", _POS_INT)
+    det_per_prompt = _int(det_per_prompt, "det_per_prompt", _POS_INT)
+    n_tests = _int(n_tests, "n_tests", _NONNEG_INT)
     if n_prompts > pool_size:
         raise ValueError(
             f"n_prompts must be at most the number of prompts in the samples ({pool_size}), "
@@ -993,7 +1001,15 @@ def _make_detector(**params) -> _Detector:
         raise ValueError(
             f"min_baseline must be at most window ({p['window']}), got {p['min_baseline']}"
         )
-    return _Detector(**p)
+    return _Detector(
+        window=int(p["window"]),
+        exclusion=int(p["exclusion"]),
+        min_baseline=int(p["min_baseline"]),
+        sigma_k=float(p["sigma_k"]),
+        abs_delta=float(p["abs_delta"]),
+        persistence=int(p["persistence"]),
+        cooldown=int(p["cooldown"]),
+    )
 
 
 def _check_series(series: Any) -> list[tuple[Hashable, float]]:
@@ -1084,8 +1100,8 @@ def is_unstable(
     (True, False)
     """
     s = _check_series(series)
-    window = check_scalar(window, "window", _POS_INT)
-    threshold = check_scalar(threshold, "threshold", Interval("real", None, None))
+    window = _int(window, "window", _POS_INT)
+    threshold = _real(threshold, "threshold", Interval("real", None, None))
     if not s:
         return False
     return statistics.median(v for _, v in s[-window:]) >= threshold
@@ -1191,15 +1207,15 @@ class B3ITMonitor:
         progress: bool = True,
         rng=None,
     ) -> None:
-        self.queries_per_input = check_scalar(
+        self.queries_per_input = _int(
             queries_per_input, "queries_per_input", Interval("int", 2, None)
         )
-        self.target = check_scalar(target, "target", _POS_INT)
-        self.max_candidates = check_scalar(max_candidates, "max_candidates", _POS_INT)
-        self.reference_samples = check_scalar(reference_samples, "reference_samples", _POS_INT)
-        self.top_k = check_scalar(top_k, "top_k", _POS_INT)
-        self.min_bis = check_scalar(min_bis, "min_bis", _POS_INT)
-        self.samples_per_step = check_scalar(samples_per_step, "samples_per_step", _POS_INT)
+        self.target = _int(target, "target", _POS_INT)
+        self.max_candidates = _int(max_candidates, "max_candidates", _POS_INT)
+        self.reference_samples = _int(reference_samples, "reference_samples", _POS_INT)
+        self.top_k = _int(top_k, "top_k", _POS_INT)
+        self.min_bis = _int(min_bis, "min_bis", _POS_INT)
+        self.samples_per_step = _int(samples_per_step, "samples_per_step", _POS_INT)
         self._rule = dict(
             window=window,
             exclusion=exclusion,
@@ -1210,8 +1226,8 @@ class B3ITMonitor:
             cooldown=cooldown,
         )
         _make_detector(**self._rule)  # validates
-        self.instability_window = check_scalar(instability_window, "instability_window", _POS_INT)
-        self.instability_threshold = check_scalar(
+        self.instability_window = _int(instability_window, "instability_window", _POS_INT)
+        self.instability_threshold = _real(
             instability_threshold, "instability_threshold", Interval("real", None, None)
         )
         if reinitialize not in ("never", "event"):
