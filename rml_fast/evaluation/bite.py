@@ -292,6 +292,8 @@ class BITEAttack:
     def _new_bandit(self, state: Mapping[str, Any] | None) -> LinUCB | None:
         if state is None:
             return None
+        if not isinstance(state, Mapping) or "n_features" not in state:
+            raise ValueError("policy_state / warm_start must be a LinUCB.state_dict()")
         bandit = LinUCB(len(self.operators), int(state["n_features"]), self.alpha, self.lambda_reg)
         bandit.load_state_dict(state)
         return bandit

@@ -426,6 +426,8 @@ def test_bad_judge_embedder_and_operators_raise_clearly():
         BITEAttack(bullet_judge, emb, reward_type="gain")
     with pytest.raises(ValueError, match="baseline"):
         BITEAttack(bullet_judge, emb).attack(*QA[0], baseline="x")
+    with pytest.raises(ValueError, match="state_dict"):
+        BITEAttack(bullet_judge, emb).attack(*QA[0], policy_state={"A": 1})
     with pytest.raises(ValueError, match="results"):
         attack_success_rate([])
 
