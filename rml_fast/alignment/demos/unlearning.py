@@ -57,12 +57,12 @@ def _config(quick: bool) -> dict[str, Any]:
     return {
         "train_steps": 1000 if quick else 2000,
         "unlearn_steps": 120 if quick else 200,
-        "eval_every": 20 if quick else 10,
+        "eval_every": 30 if quick else 10,
         "n_eval": 128 if quick else 256,
         "n_seeds": 1 if quick else 3,
         "batch_size": 128,
         "sigma": 2.0,
-        "lr": {"adam": 1e-4, "sgd": 0.005},
+        "lr": {"adam": 1e-4, "sgd": 0.002},
         "erasure_level": 0.9,
     }
 
