@@ -293,13 +293,14 @@ def parse_judge_output(text: str, scale: tuple[float, float] = (1, 5)) -> dict[s
 
 
 def make_llm_judge(
-    textgen: Callable[[str], str],
+    textgen: Callable[[str], str] | None,
     template: str = DEFAULT_JUDGE_TEMPLATE,
     *,
     max_retries: int = 2,
     n_samples: int = 1,
     scale: tuple[float, float] = (1, 5),
     name: str | None = None,
+    batch_textgen: Callable[[list[str]], list[str]] | None = None,
 ) -> Callable[[str, str, str | None], dict[str, Any]]:
     """Turn a TextGen LLM into a CULTURE-MT judge ``(source, translation, reference) -> scores``.
 
@@ -311,8 +312,9 @@ def make_llm_judge(
 
     Parameters
     ----------
-    textgen : callable
-        ``prompt -> text`` (:data:`~rml_fast.evaluation._protocols.TextGen`).
+    textgen : callable or None
+        ``prompt -> text`` (:data:`~rml_fast.evaluation._protocols.TextGen`); may be None when
+        ``batch_textgen`` is given.
     template : str
         Prompt template (``str.format`` fields as above; literal braces doubled).
     max_retries : int, default=2
@@ -323,6 +325,11 @@ def make_llm_judge(
         Allowed score range.
     name : str, optional
         Name used in error messages (default: the textgen's ``__name__``).
+    batch_textgen : callable, optional
+        ``prompts -> texts`` (:data:`~rml_fast.evaluation._protocols.BatchGen`).  When given, the
+        judge gets a ``batch(triples)`` method that :meth:`CultureMTHarness.evaluate` uses to
+        send every uncached (source, translation, reference) in one call per sample and retry
+        round.
 
     Returns
     -------
@@ -340,9 +347,15 @@ def make_llm_judge(
     >>> judge = make_llm_judge(lambda prompt: 'Here: {"EA": 5, "CA": "4", "rationale": "fine"} bye')
     >>> judge("绝绝子", "absolutely amazing", None)
     {'EA': 5.0, 'CA': 4.0, 'rationale': 'fine'}
+    >>> bj = make_llm_judge(None, batch_textgen=lambda ps: ["EA: 3, CA: 2"] * len(ps))
+    >>> [r["CA"] for r in bj.batch([("a", "b", None), ("c", "d", "e")])]
+    [2.0, 2.0]
     """
-    if not callable(textgen):
-        raise TypeError(f"textgen must be callable (prompt -> text), got {type(textgen).__name__}")
+    if textgen is None and batch_textgen is None:
+        raise TypeError("make_llm_judge needs textgen (prompt -> text) or batch_textgen")
+    for arg, what in ((textgen, "textgen"), (batch_textgen, "batch_textgen")):
+        if arg is not None and not callable(arg):
+            raise TypeError(f"{what} must be callable, got {type(arg).__name__}")
     if not isinstance(template, str):
         raise TypeError(f"template must be a str, got {type(template).__name__}")
     try:
@@ -357,33 +370,57 @@ def make_llm_judge(
     if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
         raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}")
     scale = _check_scale(scale)
-    label = name or getattr(textgen, "__name__", type(textgen).__name__)
+    gen = textgen if textgen is not None else batch_textgen
+    label = name or getattr(gen, "__name__", type(gen).__name__)
+    attempts = int(max_retries) + 1
+
+    def prompt_of(source: str, translation: str, reference: str | None) -> str:
+        ref_block = "" if reference is None else f"\nReference translation:\n{reference}\n"
+        return template.format(source=source, translation=translation, reference_block=ref_block)
+
+    def generate(prompts: list[str]) -> list[str]:
+        if batch_textgen is not None:
+            out = batch_textgen(prompts)
+            if isinstance(out, str) or not isinstance(out, Sequence) or len(out) != len(prompts):
+                raise ValueError(f"judge {label!r}: batch_textgen must return {len(prompts)} texts")
+            return list(out)
+        return [textgen(p) for p in prompts]  # type: ignore[misc]
+
+    def batch(triples: Sequence[tuple[str, str, str | None]]) -> list[dict[str, Any]]:
+        prompts = [prompt_of(*t) for t in triples]
+        samples: list[list[dict[str, Any]]] = [[] for _ in prompts]
+        for _ in range(int(n_samples)):
+            todo = list(range(len(prompts)))
+            last: dict[int, str] = {}
+            for _attempt in range(attempts):
+                if not todo:
+                    break
+                raws = generate([prompts[i] for i in todo])
+                failed = []
+                for i, raw in zip(todo, raws, strict=True):
+                    try:
+                        samples[i].append(parse_judge_output(raw, scale))
+                    except ValueError as exc:
+                        last[i] = str(exc)
+                        failed.append(i)
+                todo = failed
+            if todo:
+                raise ValueError(
+                    f"judge {label!r}: no parsable EA/CA answer after {attempts} attempts "
+                    f"({len(todo)} of {len(prompts)} prompts); last error: {last[todo[0]]}"
+                )
+        return [
+            {"EA": float(np.mean([x["EA"] for x in smp])), "CA": float(np.mean([x["CA"] for x in smp])),
+             "rationale": smp[0]["rationale"]}
+            for smp in samples
+        ]
 
     def judge(source: str, translation: str, reference: str | None = None) -> dict[str, Any]:
-        ref_block = "" if reference is None else f"\nReference translation:\n{reference}\n"
-        prompt = template.format(source=source, translation=translation, reference_block=ref_block)
-        samples = []
-        for _ in range(int(n_samples)):
-            last = ""
-            for _attempt in range(int(max_retries) + 1):
-                raw = textgen(prompt)
-                try:
-                    samples.append(parse_judge_output(raw, scale))
-                    break
-                except ValueError as exc:
-                    last = str(exc)
-            else:
-                raise ValueError(
-                    f"judge {label!r}: no parsable EA/CA answer after {int(max_retries) + 1} "
-                    f"attempts; last error: {last}"
-                )
-        return {
-            "EA": float(np.mean([s["EA"] for s in samples])),
-            "CA": float(np.mean([s["CA"] for s in samples])),
-            "rationale": samples[0]["rationale"],
-        }
+        return batch([(source, translation, reference)])[0]
 
     judge.__name__ = f"llm_judge[{label}]"
+    if batch_textgen is not None:
+        judge.batch = batch  # type: ignore[attr-defined]
     return judge
 
 
@@ -570,13 +607,8 @@ class CultureMTHarness:
 
     # -- judging ------------------------------------------------------------------------------
 
-    def _judge_one(self, it: UGCItem, translation: str, sample: int, system: str) -> tuple[float, float, str]:
-        key = _judge_key(it.source, translation, it.reference, sample)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        got = self.judge(it.source, translation, it.reference)
-        self.n_judge_calls += 1
+    def _store(self, key: str, got: Any, it: UGCItem, system: str) -> None:
+        """Validate one judge answer and cache it under ``key``."""
         where = f"judge {self.judge_name!r} on item {it.id!r} (system {system!r})"
         if not isinstance(got, Mapping) or "EA" not in got or "CA" not in got:
             raise ValueError(f"{where} must return a dict with 'EA' and 'CA', got {got!r:.200}")
@@ -590,9 +622,41 @@ class CultureMTHarness:
             if not (math.isfinite(v) and lo <= v <= hi):
                 raise ValueError(f"{where} returned {k}={v!r}, outside the scale [{lo:g}, {hi:g}] or NaN")
             vals.append(v)
-        out = (vals[0], vals[1], str(got.get("rationale", "")))
-        self._cache[key] = out
-        return out
+        self._cache[key] = (vals[0], vals[1], str(got.get("rationale", "")))
+
+    def _judge_all(
+        self, systems: tuple[str, ...], outputs: dict[str, list[str]], progress: bool
+    ) -> dict[str, list[list[str]]]:
+        """Judge every (item, translation, sample) not in the cache, once each; returns the
+        cache keys, ``keys[system][item][sample]``."""
+        needed: dict[str, tuple[UGCItem, str, str]] = {}
+        keys: dict[str, list[list[str]]] = {}
+        for s in systems:
+            keys[s] = []
+            for it, tr in zip(self.items, outputs[s], strict=True):
+                row = [_judge_key(it.source, tr, it.reference, j) for j in range(self.n_judge_samples)]
+                keys[s].append(row)
+                for key in row:
+                    if key not in self._cache and key not in needed:
+                        needed[key] = (it, tr, s)
+        if not needed:
+            return keys
+        batch = getattr(self.judge, "batch", None)
+        if callable(batch):
+            got = batch([(it.source, tr, it.reference) for it, tr, _ in needed.values()])
+            if isinstance(got, (str, Mapping)) or not isinstance(got, Sequence) or len(got) != len(needed):
+                raise ValueError(f"judge {self.judge_name!r}: batch() must return {len(needed)} answers")
+            self.n_judge_calls += len(needed)
+            for (key, (it, _, s)), g in zip(needed.items(), got, strict=True):
+                self._store(key, g, it, s)
+            return keys
+        from tqdm.auto import tqdm
+
+        for key, (it, tr, s) in tqdm(needed.items(), desc="judge", disable=not progress, leave=False):
+            g = self.judge(it.source, tr, it.reference)
+            self.n_judge_calls += 1
+            self._store(key, g, it, s)
+        return keys
 
     def evaluate(self, system_outputs: Mapping[str, Sequence[str]], progress: bool = True) -> Report:
         """Judge and score the translations of each system.
@@ -637,30 +701,15 @@ class CultureMTHarness:
                 raise TypeError(f"system_outputs[{s!r}] must hold only str")
             outputs[s] = list(outs)
         systems = tuple(outputs)
-        from tqdm.auto import tqdm
-
+        keys = self._judge_all(systems, outputs, progress)
         w_ea, w_ca = self.weights
-        k = self.n_judge_samples
         ea, ca, ce, rats = {}, {}, {}, {}
-        bar = tqdm(total=len(systems) * n * k, desc="judge", disable=not progress, leave=False)
         for s in systems:
-            e = np.empty(n)
-            c = np.empty(n)
-            r = []
-            for i, it in enumerate(self.items):
-                se = sc = 0.0
-                first = ""
-                for j in range(k):
-                    a, b, why = self._judge_one(it, outputs[s][i], j, s)
-                    se += a
-                    sc += b
-                    if j == 0:
-                        first = why
-                e[i], c[i] = se / k, sc / k
-                r.append(first)
-                bar.update(k)
-            ea[s], ca[s], ce[s], rats[s] = e, c, w_ea * e + w_ca * c, r
-        bar.close()
+            got = [[self._cache[key] for key in row] for row in keys[s]]
+            sc = np.array([[g[:2] for g in row] for row in got])  # (n, k, 2)
+            e, c = sc[:, :, 0].mean(axis=1), sc[:, :, 1].mean(axis=1)  # (n,)
+            rats[s] = [row[0][2] for row in got]
+            ea[s], ca[s], ce[s] = e, c, w_ea * e + w_ca * c
         has_ref = np.array([it.reference is not None for it in self.items])
         idx = np.flatnonzero(has_ref)
         refs = [self.items[i].reference for i in idx]

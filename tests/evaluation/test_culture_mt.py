@@ -513,3 +513,32 @@ def test_minilm_cosine_metric(items, dictionaries):
     assert rep.corpus["literal"]["cosine"] < rep.corpus["adapted"]["cosine"]
     meta = h.meta_evaluate(rep, n_boot=100)
     assert meta.get("cosine", "kendall_tau_b").value > 0
+
+
+def test_batched_llm_judge_one_call_per_round(items):
+    """A judge with a BatchGen gets every uncached prompt in one call per sample and retry round;
+    the scores equal those of the same LLM called prompt by prompt."""
+    calls = []
+
+    def answer(prompt):
+        tr = prompt.split("Translation:\n")[1].split("\n")[0]
+        return f'{{"EA": {1 + len(tr) % 5}, "CA": {1 + len(tr) % 3}}}'
+
+    def flaky_batch(prompts):  # the first answer of every multi-prompt call is unparsable
+        calls.append(len(prompts))
+        out = [answer(p) for p in prompts]
+        return ["oops", *out[1:]] if len(prompts) > 1 else out
+
+    outs = {"ref": [it.reference for it in items], "src": [it.source for it in items]}
+    bj = make_llm_judge(None, batch_textgen=flaky_batch, n_samples=2, max_retries=1)
+    h = CultureMTHarness(items, bj, metrics=(), n_judge_samples=2)
+    rep = h.evaluate(outs, progress=False)
+    n_unique = 2 * len(items) * 2  # translations x harness samples
+    # per harness sample key: 2 LLM samples, each one full call plus one retry of a single prompt
+    assert calls == [n_unique, 1, n_unique, 1] and h.n_judge_calls == n_unique
+    single = CultureMTHarness(items, make_llm_judge(answer), metrics=()).evaluate(outs, progress=False)
+    for s in outs:
+        assert np.array_equal(rep.ea[s], single.ea[s]) and np.array_equal(rep.ca[s], single.ca[s])
+    with pytest.raises(ValueError, match=r"judge 'always_bad'.*after 1 attempts"):
+        make_llm_judge(None, batch_textgen=lambda ps: ["?"] * len(ps), max_retries=0,
+                       name="always_bad").batch([("a", "b", None)])
