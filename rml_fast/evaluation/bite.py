@@ -393,7 +393,9 @@ class BITEAttack:
             bandit.update(a, x, r)
             if new not in pool:
                 if len(pool) < self.pool_size:
-                    pool.append(new), pool_s.append(s), pool_arm.append(a)
+                    pool.append(new)
+                    pool_s.append(s)
+                    pool_arm.append(a)
                 else:
                     full_steps += 1
                     w = int(np.argmin(pool_s))
