@@ -522,6 +522,11 @@ class CultureMTHarness:
         self.judge = judge
         self.judge_name = getattr(judge, "__name__", type(judge).__name__)
         self._specs: list[MetricSpec] = build_specs(metrics, embedder, metric_kwargs)
+        if self._specs and all(it.reference is None for it in self.items):
+            raise ValueError(
+                f"metrics {[sp.name for sp in self._specs]} compare with reference translations, "
+                "but no item has one; pass metrics=() to judge only"
+            )
         if isinstance(n_judge_samples, bool) or not isinstance(n_judge_samples, numbers.Integral) \
                 or n_judge_samples < 1:
             raise ValueError(f"n_judge_samples must be an int >= 1, got {n_judge_samples!r}")

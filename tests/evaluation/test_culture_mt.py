@@ -542,3 +542,21 @@ def test_batched_llm_judge_one_call_per_round(items):
     with pytest.raises(ValueError, match=r"judge 'always_bad'.*after 1 attempts"):
         make_llm_judge(None, batch_textgen=lambda ps: ["?"] * len(ps), max_retries=0,
                        name="always_bad").batch([("a", "b", None)])
+
+
+def test_degenerate_meta_evaluation_is_nan_not_a_warning(items):
+    """One or two systems, constant metrics, n_boot=0: NaN where a statistic is undefined, no
+    warnings (pytest turns them into errors) and no exceptions."""
+    outs = {"a": [it.reference for it in items]}
+    h = CultureMTHarness(items, const_judge, metrics=("bleu", ("one", lambda a, b, c: [1.0] * len(a))), rng=0)
+    for systems in (outs, {**outs, "b": [it.source for it in items]}):
+        rep = h.evaluate(systems, progress=False)
+        for n_boot in (0, 20):
+            meta = h.meta_evaluate(rep, n_boot=n_boot)
+            assert math.isnan(meta.get("one", "kendall_tau_b").value)  # constant metric
+            assert math.isnan(meta.get("bleu", "pearson", "system").value)  # < 3 systems
+            if n_boot == 0:
+                assert math.isnan(meta.get("bleu", "kendall_tau_b").ci_low)
+    assert meta.get("bleu", "pairwise_accuracy", "system").value == 0.0  # CE ties, BLEU differs
+    with pytest.raises(ValueError, match="no item has one"):
+        CultureMTHarness([UGCItem("a", "x", "d", "plain_ugc")], const_judge)
