@@ -35,9 +35,9 @@ from rml_fast.alignment.grpo import (
     _check_finite,
     _check_scalar,
     _dense_ids,
+    _grpo_loss,
     _sequence_ratio,
     grpo_advantages,
-    grpo_loss,
     sequence_ratio,
 )
 
@@ -385,8 +385,17 @@ class AIRObjective:
                 raise ValueError(f"adv must have shape ({b},), got {tuple(adv.shape)}")
         else:
             adv = grpo_advantages(reward, group_id, self.normalize, self.eps, variant_id)
-        l_grpo = grpo_loss(logp_new, logp_old, batch.get("logp_ref"), adv, mask,
-                           clip_eps=self.clip_eps, kl_coef=self.kl_coef)
+        logp_ref = batch.get("logp_ref")
+        if logp_ref is not None:
+            logp_ref = _as_float_tensor(logp_ref, "logp_ref", ndim=2)
+            if tuple(logp_ref.shape) != (b, t):
+                raise ValueError(f"logp_ref must have shape {(b, t)}, got {tuple(logp_ref.shape)}")
+            if self.kl_coef > 0:
+                _check_finite(logp_ref, "logp_ref", mask)
+        elif self.kl_coef > 0:
+            raise ValueError("kl_coef > 0 needs batch['logp_ref'] of shape (B, T)")
+        l_grpo = _grpo_loss(logp_new, logp_old, logp_ref, adv, mask, self.clip_eps, self.clip_eps,
+                            self.kl_coef, "sequence")
         ratio = _sequence_ratio(logp_new, logp_old.to(logp_new.dtype), mask)
         risks = _context_risk(ratio, reward.to(logp_new.dtype), group_id, variant_id)
         valid = torch.isfinite(risks.detach())

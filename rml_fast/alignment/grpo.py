@@ -368,7 +368,21 @@ def grpo_loss(
     _check_finite(adv, "adv")
     if logp_ref is not None and kl_coef > 0:
         _check_finite(logp_ref, "logp_ref", m)
+    return _grpo_loss(logp_new, logp_old, logp_ref, adv, m, clip_eps, clip_hi, kl_coef, reduction)
 
+
+def _grpo_loss(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    logp_ref: torch.Tensor | None,
+    adv: torch.Tensor,
+    m: torch.Tensor,
+    clip_eps: float,
+    clip_hi: float,
+    kl_coef: float,
+    reduction: str,
+) -> torch.Tensor:
+    """:func:`grpo_loss` on checked inputs (``m`` a bool mask)."""
     dt = logp_new.dtype
     a = adv.detach().to(dt)
     if a.dim() == 1:
