@@ -188,6 +188,13 @@ def test_objective_reductions():
     assert abs(out["loss"].item() - (plain_v.item() + 2.5 * want_air.item())) < 1e-12
     outv = AIRObjective(lam=1.0, regulariser="vrex")(batch)
     assert abs(outv["air"].item() - vrex_loss(risk).item()) < 1e-14
+    lref = lp.detach() - 0.2
+    outk = AIRObjective(lam=0.5, kl_coef=0.1)({**batch, "logp_ref": lref})
+    plain_k = grpo_loss(lp, lp_old, lref, grpo_advantages(reward, g), mask, kl_coef=0.1)
+    assert abs(outk["loss"].item() - (plain_k.item() + 0.5 * outk["air"].item())) < 1e-12
+    assert abs(plain_k.item() - plain.item()) > 1e-4
+    with pytest.raises(ValueError, match="logp_ref"):
+        AIRObjective(kl_coef=0.1)(batch)
     outn = AIRObjective(lam=1.0, regulariser="none")(batch)
     assert outn["air"].item() == 0.0 and abs(outn["loss"].item() - plain.item()) < 1e-14
 
