@@ -19,7 +19,7 @@ _CA_KEYS = ("ca", "cultural_adaptability", "culturaladaptability", "cultural ada
 _RAT_KEYS = ("rationale", "reason", "reasoning", "explanation", "justification")
 _NUM_RE = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:/\s*5(?:\.0*)?)?\s*$")
 _KV_RE = re.compile(
-    r"(?<![A-Za-z0-9_])[\"']?(EA|CA)[\"']?\s*[:=]\s*[\"']?\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))",
+    r"(?<![A-Za-z0-9_])[\"']?(EA|CA)[\"']?\s*[:=]\s*[\"']?\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?![\d.eE])",
     re.IGNORECASE,
 )
 _MAX_STARTS = 64
@@ -30,7 +30,10 @@ def _to_score(v: Any, key: str) -> float:
     if isinstance(v, bool):
         raise ValueError(f"judge score {key} must be a number, got the bool {v!r}")
     if isinstance(v, (int, float)):
-        out = float(v)
+        try:
+            out = float(v)
+        except OverflowError as exc:
+            raise ValueError(f"judge score {key} is too large: {str(v)[:20]}...") from exc
     elif isinstance(v, str):
         m = _NUM_RE.match(v)
         if m is None:

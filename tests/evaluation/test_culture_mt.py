@@ -238,7 +238,9 @@ def test_parse_judge_output_variants(text, ea, ca):
 
 @pytest.mark.parametrize(
     "text", ['{"EA": NaN, "CA": 3}', '{"EA": 6, "CA": 3}', '{"EA": 0, "CA": 3}', "no scores here",
-             '{"EA": true, "CA": 3}', '{"EA": "four", "CA": 3}', "", "{" * 5000]
+             '{"EA": true, "CA": 3}', '{"EA": "four", "CA": 3}', "", "{" * 5000,
+             '{"EA": ' + "9" * 400 + ', "CA": 3}', "{'EA': " + "9" * 400 + ", 'CA': 3}", "EA: 1e999, CA: 3",
+             '{"EA": [4], "CA": 3}', "[" * 3000 + "]" * 3000]
 )
 def test_parse_judge_output_rejects(text):
     with pytest.raises(ValueError, match=r"judge|EA|CA"):
