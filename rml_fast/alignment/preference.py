@@ -846,7 +846,7 @@ def sequence_logps(
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     safe = torch.where(valid, labels, torch.zeros_like(labels))
-    tok = logits.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    tok = _TokenLogps.apply(logits, safe)
     w = valid.to(tok.dtype) if mask is None or mask.dtype == torch.bool else (
         valid.to(tok.dtype) * mask.to(tok.dtype)
     )
@@ -854,3 +854,42 @@ def sequence_logps(
     if average:
         out = out / w.sum(-1).clamp_min(1.0)
     return out
+
+
+def _row_chunks(n: int, per_row: int) -> list[slice]:
+    step = max(1, (1 << 22) // max(per_row, 1))  # ~16 MiB of float32 per chunk
+    return [slice(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+class _TokenLogps(torch.autograd.Function):
+    """``log softmax(logits)[labels]`` per token with a one-buffer backward.
+
+    Forward: ``logits[labels] - logsumexp(logits)`` by row chunks (no (N, V) temporaries beyond
+    a chunk). Backward: ``grad = g (onehot(labels) - softmax(logits))`` written straight into one
+    (N, V) buffer (autograd's version allocates the softmax, the scattered one-hot and their sum).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        flat = logits.reshape(-1, logits.shape[-1])
+        lab = labels.reshape(-1)
+        lse = torch.empty(flat.shape[0], dtype=logits.dtype, device=logits.device)
+        for c in _row_chunks(flat.shape[0], flat.shape[1]):
+            lse[c] = torch.logsumexp(flat[c], dim=-1)
+        tok = flat.gather(-1, lab[:, None]).squeeze(-1) - lse
+        ctx.save_for_backward(logits, labels, lse)
+        return tok.reshape(labels.shape)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, labels, lse = ctx.saved_tensors
+        flat = logits.reshape(-1, logits.shape[-1])
+        lab = labels.reshape(-1, 1)
+        gf = g.reshape(-1, 1).to(logits.dtype)
+        grad = torch.empty_like(flat)
+        for c in _row_chunks(flat.shape[0], flat.shape[1]):
+            out = grad[c]
+            torch.sub(flat[c], lse[c, None], out=out)
+            out.exp_().mul_(-gf[c])
+            out.scatter_add_(-1, lab[c], gf[c])
+        return grad.reshape(logits.shape), None
