@@ -247,8 +247,13 @@ def test_parse_judge_output_rejects(text):
         parse_judge_output(text)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=300))
+_TOKENS = ["{", "}", '"EA"', "'CA'", "EA", "CA", ":", "=", "5", "3.5", '"4"', "-1", "1e999", "NaN",
+           "Infinity", "true", "null", "[", "]", ",", '"', "'", "\\", "```json\n", "```", " ", "\n",
+           '"rationale"', "{'EA': 2, 'CA': 2}", '{"EA": 4, "CA": 4}']
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(_TOKENS), max_size=40).map("".join)))
 def test_parser_fuzz_only_valueerror(text):
     try:
         out = parse_judge_output(text)
