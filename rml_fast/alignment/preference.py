@@ -497,6 +497,10 @@ class RewardCalibrator:
     max_grad_norm : float, default=0.0
         If > 0, clip ``[g_w, g_l]`` jointly (ratio preserved), as the reference does when the
         trainer clips gradients.
+    every : int, default=1
+        PROPOSED (not in the paper): refresh the score-norm EMAs (the two extra head backward
+        passes) only every ``every`` calibrated steps and reuse them in between; the incentive
+        EMAs and alpha are updated every step. 1 is the paper's method.
 
     Attributes
     ----------
@@ -518,12 +522,19 @@ class RewardCalibrator:
     """
 
     def __init__(
-        self, params: Any, *, ema: float = 0.98, eps: float = 1e-12, max_grad_norm: float = 0.0
+        self,
+        params: Any,
+        *,
+        ema: float = 0.98,
+        eps: float = 1e-12,
+        max_grad_norm: float = 0.0,
+        every: int = 1,
     ) -> None:
         self.params = _as_params(params)
         self.ema = check_scalar(ema, "ema", Interval("real", 0.0, 1.0, closed="left"))
         self.eps = check_scalar(eps, "eps", _POS)
         self.max_grad_norm = check_scalar(max_grad_norm, "max_grad_norm", _NONNEG)
+        self.every = check_scalar(every, "every", Interval("int", 1, None))
         self.training = True
         self.last: dict[str, Any] = {}
         self.reset()
@@ -549,19 +560,33 @@ class RewardCalibrator:
             raise ValueError(f"state is missing keys {sorted(missing)}")
         self.state = dict(state)
 
+    def needs_geometry(self) -> bool:
+        """Whether the next calibrated step refreshes the score norms (see ``every``)."""
+        return self.state["log_sw"] is None or self.state["steps"] % self.every == 0
+
     def _ema(self, key: str, value: float) -> float:
         old = self.state[key]
         new = value if old is None else self.ema * old + (1.0 - self.ema) * value
         self.state[key] = new
         return new
 
-    def update(self, d_w: torch.Tensor, d_l: torch.Tensor, geometry: dict[str, Any]) -> float:
-        """Fold one batch's incentives and score geometry into the EMAs; returns the new alpha."""
+    def update(
+        self, d_w: torch.Tensor, d_l: torch.Tensor, geometry: dict[str, Any] | None
+    ) -> float:
+        """Fold one batch's incentives (and score geometry, if given) into the EMAs.
+
+        Returns the new alpha. Without ``geometry`` the score-norm EMAs are reused (they must
+        have been initialised by an earlier step).
+        """
         eps = self.eps
+        if geometry is None and self.state["log_sw"] is None:
+            raise ValueError("the first calibrated step needs the score geometry")
         log_dw = self._ema("log_dw", math.log(max(float(d_w.mean()), eps)))
         log_dl = self._ema("log_dl", math.log(max(float(d_l.mean()), eps)))
-        log_sw = self._ema("log_sw", 0.5 * math.log(max(float(geometry["sw_sq"]), eps * eps)))
-        log_sl = self._ema("log_sl", 0.5 * math.log(max(float(geometry["sl_sq"]), eps * eps)))
+        if geometry is not None:
+            self._ema("log_sw", 0.5 * math.log(max(float(geometry["sw_sq"]), eps * eps)))
+            self._ema("log_sl", 0.5 * math.log(max(float(geometry["sl_sq"]), eps * eps)))
+        log_sw, log_sl = self.state["log_sw"], self.state["log_sl"]
         alpha = math.exp(0.5 * ((log_sl - log_sw) - (log_dw - log_dl)))
         self.state["alpha"] = alpha
         self.state["steps"] += 1
@@ -593,11 +618,11 @@ class RewardCalibrator:
         if not (self.training and torch.is_grad_enabled() and zw.requires_grad and zl.requires_grad):
             return zw, zl
         d_w, d_l = _incentives_core(kind, h, args)
-        geo = geometry if geometry is not None else score_geometry(
-            zw, zl, self.params, max_grad_norm=self.max_grad_norm
-        )
+        geo = geometry
+        if geo is None and self.needs_geometry():
+            geo = score_geometry(zw, zl, self.params, max_grad_norm=self.max_grad_norm)
         alpha = self.update(d_w, d_l, geo)
-        self.last = {"d_w": d_w, "d_l": d_l, **geo}
+        self.last = {"d_w": d_w, "d_l": d_l, **(geo or {})}
         a, ai = alpha, 1.0 / alpha
         return a * zw + (1.0 - a) * zw.detach(), ai * zl + (1.0 - ai) * zl.detach()
 
@@ -688,7 +713,11 @@ def preference_step(
         params = calibrator.params
     d_w, d_l = _incentives_core(kind, h, args)
     geo = None
-    if params is not None and torch.is_grad_enabled() and args[0].requires_grad:
+    own = calibrator is not None and params is calibrator.params
+    if (
+        params is not None and torch.is_grad_enabled() and args[0].requires_grad
+        and not (own and calibrator.training and not calibrator.needs_geometry())
+    ):
         geo = score_geometry(
             args[0], args[1], params,
             max_grad_norm=calibrator.max_grad_norm if calibrator is not None else 0.0,
@@ -731,6 +760,8 @@ class PreferenceLoss(nn.Module):
     calibrate : bool, default=False
     ema, max_grad_norm : float
         Passed to :class:`RewardCalibrator`.
+    rc_every : int, default=1
+        The calibrator's ``every`` (PROPOSED amortisation of the score norms).
     **hp
         Hyper-parameters of ``kind``.
 
@@ -752,6 +783,7 @@ class PreferenceLoss(nn.Module):
         calibrate: bool = False,
         ema: float = 0.98,
         max_grad_norm: float = 0.0,
+        rc_every: int = 1,
         **hp: Any,
     ) -> None:
         super().__init__()
@@ -761,9 +793,11 @@ class PreferenceLoss(nn.Module):
         if calibrate and self.params is None:
             raise ValueError("calibrate=True needs params (e.g. the LM head's parameters)")
         self.calibrator = (
-            RewardCalibrator(self.params, ema=ema, max_grad_norm=max_grad_norm)
+            RewardCalibrator(self.params, ema=ema, max_grad_norm=max_grad_norm, every=rc_every)
             if calibrate else None
         )
+        if self.calibrator is not None:  # the same list, so the geometry is shared
+            self.params = self.calibrator.params
 
     def train(self, mode: bool = True) -> PreferenceLoss:
         """Set training mode (and the calibrator's)."""

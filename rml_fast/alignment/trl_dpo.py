@@ -97,6 +97,9 @@ class PreferenceLossMixin:
     rc_ema : float, default=0.98
         EMA decay of the calibrator. Gradient clipping of the score pair follows
         ``args.max_grad_norm`` (joint clipping, ratio preserved).
+    rc_every : int, default=1
+        Refresh the calibrator's score norms every ``rc_every`` steps (PROPOSED amortisation;
+        see :class:`~rml_fast.alignment.preference.RewardCalibrator`).
     band_diagnostic : bool, default=False
         Compute the head geometry (two extra head-restricted backward passes) for the band
         metrics even without calibration.
@@ -117,6 +120,7 @@ class PreferenceLossMixin:
         rc_ema: float = 0.98,
         band_diagnostic: bool = False,
         head_params: Any = None,
+        rc_every: int = 1,
     ) -> None:
         kind = _check_kind(preference_loss)
         hp = dict(loss_hp or {})
@@ -136,7 +140,8 @@ class PreferenceLossMixin:
             self._geometry_params = params
             if reward_calibration:
                 self.preference_calibrator = RewardCalibrator(
-                    params, ema=rc_ema, max_grad_norm=float(self.args.max_grad_norm or 0.0)
+                    params, ema=rc_ema, max_grad_norm=float(self.args.max_grad_norm or 0.0),
+                    every=rc_every,
                 )
 
     @staticmethod
@@ -175,9 +180,13 @@ class PreferenceLossMixin:
         ref_w = ref_w.to(zw.dtype)
         ref_l = ref_l.to(zw.dtype)
         calibrator = self.preference_calibrator if mode == "train" else None
+        params = None
+        if mode == "train":  # band_diagnostic forces the geometry on every step
+            use_rc = calibrator is not None and not self.band_diagnostic
+            params = calibrator.params if use_rc else self._geometry_params
         out = preference_step(
             self.preference_kind, zw, zl, ref_w, ref_l, len_w, len_l,
-            params=self._geometry_params if mode == "train" else None,
+            params=params,
             calibrator=calibrator, **self.preference_hp,
         )
         self._log_preference(mode, out, zw, zl, ref_w, ref_l)
@@ -240,7 +249,7 @@ def _trainer_class() -> type:
 
         Takes every argument of ``trl.DPOTrainer`` plus the keyword-only options of
         :class:`PreferenceLossMixin` (``preference_loss``, ``loss_hp``, ``reward_calibration``,
-        ``rc_ema``, ``band_diagnostic``, ``head_params``). TRL's ``loss_type`` is ignored
+        ``rc_ema``, ``rc_every``, ``band_diagnostic``, ``head_params``). TRL's ``loss_type`` is ignored
         (must be the default ``["sigmoid"]``); ``ld_alpha``, ``use_weighting`` and
         f-divergences other than ``reverse_kl`` are not supported and raise.
         """
@@ -254,6 +263,7 @@ def _trainer_class() -> type:
             rc_ema: float = 0.98,
             band_diagnostic: bool = False,
             head_params: Any = None,
+            rc_every: int = 1,
             **kwargs: Any,
         ) -> None:
             _check_kind(preference_loss)
@@ -270,7 +280,8 @@ def _trainer_class() -> type:
                     "f_divergence_type other than 'reverse_kl'"
                 )
             self._setup_preference(
-                preference_loss, loss_hp, reward_calibration, rc_ema, band_diagnostic, head_params
+                preference_loss, loss_hp, reward_calibration, rc_ema, band_diagnostic, head_params,
+                rc_every,
             )
 
     PreferenceDPOTrainer.__module__ = __name__

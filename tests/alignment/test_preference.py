@@ -325,3 +325,35 @@ def test_bad_input():
         predicted_delta(1.0, 1.0, 1.0, 1.0, 0.0, lr=-1.0)
     with pytest.raises(ValueError, match="logits must be"):
         sequence_logps(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_sequence_logps_gradcheck_and_grad():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 6, generator=g, dtype=DT, requires_grad=True)
+    labels = torch.randint(0, 6, (2, 4), generator=g)
+    labels[1, 0] = -100
+    assert torch.autograd.gradcheck(lambda x: sequence_logps(x, labels, average=True), (logits,))
+    lp = torch.log_softmax(logits, -1).gather(-1, labels.clamp_min(0)[..., None])[..., 0]
+    want = torch.autograd.grad((lp * (labels != -100)).sum(), logits)[0]
+    got = torch.autograd.grad(sequence_logps(logits, labels).sum(), logits)[0]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_rc_every_amortises_the_geometry(monkeypatch):
+    from rml_fast.alignment import preference as P
+
+    calls = []
+    real = P.score_geometry
+    monkeypatch.setattr(P, "score_geometry", lambda *a, **k: calls.append(1) or real(*a, **k))
+    theta, a, b = _toy_geometry()
+    loss_fn = PreferenceLoss("dpo", params=[theta], calibrate=True, rc_every=3, beta=0.1)
+    alphas = []
+    for _ in range(7):
+        out = loss_fn(a @ theta, b @ theta, (a @ theta).detach() - 0.1, (b @ theta).detach())
+        out.loss.backward()
+        alphas.append(out.alpha)
+    assert len(calls) == 3  # steps 0, 3, 6
+    assert loss_fn.calibrator.state["steps"] == 7
+    assert len(set(alphas)) > 1 and all(x > 1 for x in alphas)
+    with pytest.raises(ValueError, match="every"):
+        RewardCalibrator([theta], every=0)
