@@ -13,7 +13,8 @@ Two levels, forward + backward each time (the step a trainer takes):
     A small random Llama (no download) and one padded TRL batch: ``trl.DPOTrainer.compute_loss``
     (``loss_type="sigmoid"``) vs ``PreferenceDPOTrainer.compute_loss`` on the same model and
     batch, with the decomposition only (``dpo``), with the band diagnostic (two extra
-    head-restricted backward passes) and with reward calibration (``dpo+rc``).
+    head-restricted backward passes), with reward calibration (``dpo+rc``) and with RC refreshing
+    its score norms every 4 steps (``rc_every=4``, PROPOSED).
 
 A ratio > 1 means ours is faster; ~1 means the diagnostic is free. Rows skip when ``trl``
 (the ``alignment`` extra) is missing. ``--quick``: one small size per level.
@@ -119,6 +120,9 @@ def _tiny_trl(hidden: int, vocab: int, layers: int, n: int, prompt: int, resp: i
                         processing_class=tok, preference_loss="dpo", band_diagnostic=True),
         "dpo+rc": cls(model=model, ref_model=ref, args=args(), train_dataset=ds,
                       processing_class=tok, preference_loss="dpo", reward_calibration=True),
+        "dpo+rc every 4": cls(model=model, ref_model=ref, args=args(), train_dataset=ds,
+                              processing_class=tok, preference_loss="dpo",
+                              reward_calibration=True, rc_every=4),
     }
     batch = next(iter(peer.get_train_dataloader()))
     return model, peer, variants, batch
@@ -132,7 +136,7 @@ def _trainer_case(suite: Suite, case: dict[str, Any]) -> None:
                 case["hidden"], case["V"], case["layers"], case["B"], case["prompt"], case["resp"]
             )
     except ImportError as exc:
-        for name in ("dpo", "dpo+band", "dpo+rc"):
+        for name in ("dpo", "dpo+band", "dpo+rc", "dpo+rc every 4"):
             suite.skip({**case, "ours": name}, peer_name="TRL DPOTrainer (sigmoid)",
                        reason=import_skip_reason(exc))
         return
