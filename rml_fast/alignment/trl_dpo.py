@@ -61,6 +61,13 @@ def _import_trl() -> Any:
         raise ImportError(
             f"PreferenceDPOTrainer needs TRL, an optional dependency: {_INSTALL} (or pip install trl)"
         ) from exc
+    try:  # the fused-LM-head batch layout this subclass relies on (TRL >= 1.16 tested)
+        from trl.trainer.utils import add_fused_lm_head  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"PreferenceDPOTrainer needs trl>=1.16 (found {getattr(trl, '__version__', '?')}): "
+            "pip install -U trl"
+        ) from exc
     return trl
 
 
