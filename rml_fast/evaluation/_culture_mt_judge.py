@@ -124,8 +124,11 @@ def parse_scores(text: Any) -> dict[str, Any]:
     for m in _KV_RE.finditer(text):
         found.setdefault(m.group(1).upper(), m.group(2))
     if "EA" in found and "CA" in found:
-        return {"EA": _to_score(found["EA"], "EA"), "CA": _to_score(found["CA"], "CA"),
-                "rationale": ""}
+        return {
+            "EA": _to_score(found["EA"], "EA"),
+            "CA": _to_score(found["CA"], "CA"),
+            "rationale": "",
+        }
     detail = f" ({last_error})" if last_error is not None else ""
     raise ValueError(
         f"could not parse EA and CA scores from the judge output{detail}: {text[:200]!r}"

@@ -67,8 +67,14 @@ def build_specs(metrics: Any, embedder: Any, metric_kwargs: Any) -> list[MetricS
         if isinstance(m, str):
             key = m.lower()
             if key in _SACREBLEU:
-                specs.append(MetricSpec(key, _SACREBLEU[key][1], "sacrebleu",
-                                        kwargs=dict(metric_kwargs.get(key, {}))))
+                specs.append(
+                    MetricSpec(
+                        key,
+                        _SACREBLEU[key][1],
+                        "sacrebleu",
+                        kwargs=dict(metric_kwargs.get(key, {})),
+                    )
+                )
             elif key == "cosine":
                 if embedder is None or not callable(embedder):
                     raise ValueError(
@@ -106,7 +112,9 @@ def compute_metric(
         corpus, segment = spec.scorers()
         stats = corpus._extract_corpus_statistics(hyps, [refs])
         score = float(corpus._aggregate_and_compute(stats).score)
-        seg = np.array([segment._compute_score_from_stats(s).score for s in stats], dtype=np.float64)
+        seg = np.array(
+            [segment._compute_score_from_stats(s).score for s in stats], dtype=np.float64
+        )
         return score, seg, np.asarray(stats, dtype=np.float64).reshape(m, -1)
     if spec.kind == "cosine":
         both = spec.fn(list(hyps) + list(refs))  # type: ignore[misc]

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from rml_fast.evaluation.culture_mt import UGCItem
 
 
-
 @dataclass(frozen=True)
 class Report:
     """Per-item judge scores and metric values of each system (from :meth:`CultureMTHarness.evaluate`).
@@ -58,8 +57,12 @@ class Report:
     def system_scores(self) -> dict[str, dict[str, float]]:
         """Mean EA, CA, CE and the corpus metrics of each system, ``{system: {name: value}}``."""
         return {
-            s: {"EA": float(self.ea[s].mean()), "CA": float(self.ca[s].mean()),
-                "CE": float(self.ce[s].mean()), **self.corpus[s]}
+            s: {
+                "EA": float(self.ea[s].mean()),
+                "CA": float(self.ca[s].mean()),
+                "CE": float(self.ce[s].mean()),
+                **self.corpus[s],
+            }
             for s in self.systems
         }
 
@@ -68,9 +71,16 @@ class Report:
         rows = []
         for s in self.systems:
             for i, it in enumerate(self.items):
-                row = {"system": s, "id": it.id, "type": it.type, "domain": it.domain,
-                       "translation": self.outputs[s][i], "EA": float(self.ea[s][i]),
-                       "CA": float(self.ca[s][i]), "CE": float(self.ce[s][i])}
+                row = {
+                    "system": s,
+                    "id": it.id,
+                    "type": it.type,
+                    "domain": it.domain,
+                    "translation": self.outputs[s][i],
+                    "EA": float(self.ea[s][i]),
+                    "CA": float(self.ca[s][i]),
+                    "CE": float(self.ce[s][i]),
+                }
                 row.update({m: float(v[i]) for m, v in self.segment[s].items()})
                 rows.append(row)
         return rows
@@ -123,11 +133,23 @@ class MetaReport:
     n_boot: int
     confidence: float
 
-    def get(self, metric: str, statistic: str, level: str = "segment", group: str = "all",
-            subset: str = "all") -> MetaRow:
+    def get(
+        self,
+        metric: str,
+        statistic: str,
+        level: str = "segment",
+        group: str = "all",
+        subset: str = "all",
+    ) -> MetaRow:
         """The row for ``(level, metric, group, subset, statistic)``; KeyError if absent."""
         for r in self.rows:
-            if (r.level, r.metric, r.group, r.subset, r.statistic) == (level, metric, group, subset, statistic):
+            if (r.level, r.metric, r.group, r.subset, r.statistic) == (
+                level,
+                metric,
+                group,
+                subset,
+                statistic,
+            ):
                 return r
         raise KeyError(f"no meta-evaluation row {(level, metric, group, subset, statistic)}")
 
@@ -140,6 +162,8 @@ class MetaReport:
         lines = [f"{'level':8} {'metric':10} {'subset':18} {'statistic':18} {'value':>7}  CI"]
         for r in self.rows:
             if r.group == group or (group == "all" and r.level != "segment"):
-                lines.append(f"{r.level:8} {r.metric:10} {r.subset:18} {r.statistic:18} "
-                             f"{r.value:7.3f}  [{r.ci_low:.3f}, {r.ci_high:.3f}]")
+                lines.append(
+                    f"{r.level:8} {r.metric:10} {r.subset:18} {r.statistic:18} "
+                    f"{r.value:7.3f}  [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+                )
         return "\n".join(lines)

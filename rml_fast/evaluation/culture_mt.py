@@ -36,14 +36,9 @@ from typing import Any
 import numpy as np
 
 from rml_fast._validation import check_rng
-from rml_fast.evaluation import _culture_mt_stats as _st
 from rml_fast.evaluation._culture_mt_judge import parse_scores
-from rml_fast.evaluation._culture_mt_metrics import (
-    MetricSpec,
-    build_specs,
-    compute_metric,
-    corpus_from_stats,
-)
+from rml_fast.evaluation._culture_mt_meta import meta_rows
+from rml_fast.evaluation._culture_mt_metrics import MetricSpec, build_specs, compute_metric
 from rml_fast.evaluation._culture_mt_report import MetaReport, MetaRow, Report
 
 __all__ = [
@@ -144,17 +139,25 @@ class UGCItem:
         if not isinstance(self.id, str) or not self.id:
             raise TypeError(f"UGCItem.id must be a non-empty str, got {self.id!r}")
         if not isinstance(self.source, str) or not self.source.strip():
-            raise ValueError(f"UGCItem {self.id!r}: source must be a non-empty str, got {self.source!r}")
+            raise ValueError(
+                f"UGCItem {self.id!r}: source must be a non-empty str, got {self.source!r}"
+            )
         if not isinstance(self.domain, str) or not self.domain:
-            raise ValueError(f"UGCItem {self.id!r}: domain must be a non-empty str, got {self.domain!r}")
+            raise ValueError(
+                f"UGCItem {self.id!r}: domain must be a non-empty str, got {self.domain!r}"
+            )
         if self.type not in ITEM_TYPES:
-            raise ValueError(f"UGCItem {self.id!r}: type must be one of {ITEM_TYPES}, got {self.type!r}")
+            raise ValueError(
+                f"UGCItem {self.id!r}: type must be one of {ITEM_TYPES}, got {self.type!r}"
+            )
         if self.reference is not None and not isinstance(self.reference, str):
             raise TypeError(
                 f"UGCItem {self.id!r}: reference must be a str or None, got {type(self.reference).__name__}"
             )
         if self.meta is not None and not isinstance(self.meta, dict):
-            raise TypeError(f"UGCItem {self.id!r}: meta must be a dict or None, got {type(self.meta).__name__}")
+            raise TypeError(
+                f"UGCItem {self.id!r}: meta must be a dict or None, got {type(self.meta).__name__}"
+            )
 
 
 _ITEM_FIELDS = ("id", "source", "domain", "type", "reference", "meta")
@@ -205,7 +208,9 @@ def load_items(path_or_records: str | Path | Sequence[Mapping[str, Any]]) -> lis
     else:
         records = path_or_records
     if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Sequence):
-        raise TypeError(f"path_or_records must be a path or a list of dicts, got {type(records).__name__}")
+        raise TypeError(
+            f"path_or_records must be a path or a list of dicts, got {type(records).__name__}"
+        )
     if len(records) == 0:
         raise ValueError("path_or_records: no items")
     items: list[UGCItem] = []
@@ -229,9 +234,14 @@ def load_items(path_or_records: str | Path | Sequence[Mapping[str, Any]]) -> lis
         seen.add(rid)
         meta = rec.get("meta")
         if "culture_spans" in rec:
-            meta = {**(meta if isinstance(meta, dict) else {}), "culture_spans": rec["culture_spans"]}
+            meta = {
+                **(meta if isinstance(meta, dict) else {}),
+                "culture_spans": rec["culture_spans"],
+            }
         try:
-            items.append(UGCItem(rid, rec["source"], rec["domain"], rec["type"], rec.get("reference"), meta))
+            items.append(
+                UGCItem(rid, rec["source"], rec["domain"], rec["type"], rec.get("reference"), meta)
+            )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from exc
     return items
@@ -365,7 +375,11 @@ def make_llm_judge(
             "template must use only the fields {source}, {translation}, {reference_block} "
             f"(double literal braces): {exc!r}"
         ) from exc
-    if isinstance(max_retries, bool) or not isinstance(max_retries, numbers.Integral) or max_retries < 0:
+    if (
+        isinstance(max_retries, bool)
+        or not isinstance(max_retries, numbers.Integral)
+        or max_retries < 0
+    ):
         raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
     if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
         raise ValueError(f"n_samples must be an int >= 1, got {n_samples!r}")
@@ -410,8 +424,11 @@ def make_llm_judge(
                     f"({len(todo)} of {len(prompts)} prompts); last error: {last[todo[0]]}"
                 )
         return [
-            {"EA": float(np.mean([x["EA"] for x in smp])), "CA": float(np.mean([x["CA"] for x in smp])),
-             "rationale": smp[0]["rationale"]}
+            {
+                "EA": float(np.mean([x["EA"] for x in smp])),
+                "CA": float(np.mean([x["CA"] for x in smp])),
+                "rationale": smp[0]["rationale"],
+            }
             for smp in samples
         ]
 
@@ -505,7 +522,9 @@ class CultureMTHarness:
         target_lang: str = "English",
     ) -> None:
         if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-            raise TypeError(f"items must be a sequence of UGCItem or dicts, got {type(items).__name__}")
+            raise TypeError(
+                f"items must be a sequence of UGCItem or dicts, got {type(items).__name__}"
+            )
         if len(items) == 0:
             raise ValueError("items must not be empty")
         self.items: list[UGCItem]
@@ -527,16 +546,23 @@ class CultureMTHarness:
                 f"metrics {[sp.name for sp in self._specs]} compare with reference translations, "
                 "but no item has one; pass metrics=() to judge only"
             )
-        if isinstance(n_judge_samples, bool) or not isinstance(n_judge_samples, numbers.Integral) \
-                or n_judge_samples < 1:
+        if (
+            isinstance(n_judge_samples, bool)
+            or not isinstance(n_judge_samples, numbers.Integral)
+            or n_judge_samples < 1
+        ):
             raise ValueError(f"n_judge_samples must be an int >= 1, got {n_judge_samples!r}")
         self.n_judge_samples: int = int(n_judge_samples)
         try:
             w = tuple(float(v) for v in weights)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"weights must be a pair of numbers (w_EA, w_CA), got {weights!r}") from exc
+            raise TypeError(
+                f"weights must be a pair of numbers (w_EA, w_CA), got {weights!r}"
+            ) from exc
         if len(w) != 2 or not all(math.isfinite(v) and v >= 0 for v in w) or abs(sum(w) - 1) > 1e-9:
-            raise ValueError(f"weights must be two non-negative numbers summing to 1, got {weights!r}")
+            raise ValueError(
+                f"weights must be two non-negative numbers summing to 1, got {weights!r}"
+            )
         self.weights: tuple[float, float] = (w[0], w[1])
         self.scale: tuple[float, float] = _check_scale(scale)
         self.source_lang: str = str(source_lang)
@@ -585,20 +611,29 @@ class CultureMTHarness:
         template = DEFAULT_TRANSLATION_TEMPLATE if template is None else template
         if not isinstance(template, str):
             raise TypeError(f"template must be a str, got {type(template).__name__}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                       or batch_size < 1):
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         try:
-            prompts = [template.format(source=it.source, source_lang=self.source_lang,
-                                       target_lang=self.target_lang, domain=it.domain,
-                                       type=it.type, id=it.id) for it in self.items]
+            prompts = [
+                template.format(
+                    source=it.source,
+                    source_lang=self.source_lang,
+                    target_lang=self.target_lang,
+                    domain=it.domain,
+                    type=it.type,
+                    id=it.id,
+                )
+                for it in self.items
+            ]
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"template has an unknown or malformed field: {exc!r}") from exc
         name = getattr(system, "__name__", type(system).__name__)
         step = batch_size or len(prompts)
         out: list[str] = []
         for lo in range(0, len(prompts), step):
-            chunk = prompts[lo:lo + step]
+            chunk = prompts[lo : lo + step]
             got = system(chunk)
             if isinstance(got, str) or not isinstance(got, Sequence) or len(got) != len(chunk):
                 raise ValueError(
@@ -625,7 +660,9 @@ class CultureMTHarness:
                 raise ValueError(f"{where} returned a non-numeric {k}: {v!r}")
             v = float(v)
             if not (math.isfinite(v) and lo <= v <= hi):
-                raise ValueError(f"{where} returned {k}={v!r}, outside the scale [{lo:g}, {hi:g}] or NaN")
+                raise ValueError(
+                    f"{where} returned {k}={v!r}, outside the scale [{lo:g}, {hi:g}] or NaN"
+                )
             vals.append(v)
         self._cache[key] = (vals[0], vals[1], str(got.get("rationale", "")))
 
@@ -639,7 +676,9 @@ class CultureMTHarness:
         for s in systems:
             keys[s] = []
             for it, tr in zip(self.items, outputs[s], strict=True):
-                row = [_judge_key(it.source, tr, it.reference, j) for j in range(self.n_judge_samples)]
+                row = [
+                    _judge_key(it.source, tr, it.reference, j) for j in range(self.n_judge_samples)
+                ]
                 keys[s].append(row)
                 for key in row:
                     if key not in self._cache and key not in needed:
@@ -649,21 +688,31 @@ class CultureMTHarness:
         batch = getattr(self.judge, "batch", None)
         if callable(batch):
             got = batch([(it.source, tr, it.reference) for it, tr, _ in needed.values()])
-            if isinstance(got, (str, Mapping)) or not isinstance(got, Sequence) or len(got) != len(needed):
-                raise ValueError(f"judge {self.judge_name!r}: batch() must return {len(needed)} answers")
+            if (
+                isinstance(got, (str, Mapping))
+                or not isinstance(got, Sequence)
+                or len(got) != len(needed)
+            ):
+                raise ValueError(
+                    f"judge {self.judge_name!r}: batch() must return {len(needed)} answers"
+                )
             self.n_judge_calls += len(needed)
             for (key, (it, _, s)), g in zip(needed.items(), got, strict=True):
                 self._store(key, g, it, s)
             return keys
         from tqdm.auto import tqdm
 
-        for key, (it, tr, s) in tqdm(needed.items(), desc="judge", disable=not progress, leave=False):
+        for key, (it, tr, s) in tqdm(
+            needed.items(), desc="judge", disable=not progress, leave=False
+        ):
             g = self.judge(it.source, tr, it.reference)
             self.n_judge_calls += 1
             self._store(key, g, it, s)
         return keys
 
-    def evaluate(self, system_outputs: Mapping[str, Sequence[str]], progress: bool = True) -> Report:
+    def evaluate(
+        self, system_outputs: Mapping[str, Sequence[str]], progress: bool = True
+    ) -> Report:
         """Judge and score the translations of each system.
 
         Parameters
@@ -699,9 +748,13 @@ class CultureMTHarness:
             if not isinstance(s, str):
                 raise TypeError(f"system_outputs: system names must be str, got {s!r}")
             if isinstance(outs, str) or not isinstance(outs, Sequence):
-                raise TypeError(f"system_outputs[{s!r}] must be a list of str, got {type(outs).__name__}")
+                raise TypeError(
+                    f"system_outputs[{s!r}] must be a list of str, got {type(outs).__name__}"
+                )
             if len(outs) != n:
-                raise ValueError(f"system_outputs[{s!r}] has {len(outs)} translations, expected {n} (one per item)")
+                raise ValueError(
+                    f"system_outputs[{s!r}] has {len(outs)} translations, expected {n} (one per item)"
+                )
             if not all(isinstance(t, str) for t in outs):
                 raise TypeError(f"system_outputs[{s!r}] must hold only str")
             outputs[s] = list(outs)
@@ -734,8 +787,19 @@ class CultureMTHarness:
                     z = np.zeros((n, st.shape[1]))
                     z[idx] = st
                     stats[s][spec.name] = z
-        return Report(systems, tuple(self.items), outputs, ea, ca, ce, segment, corpus, rats,
-                      {sp.name: sp.higher_is_better for sp in self._specs}, stats)
+        return Report(
+            systems,
+            tuple(self.items),
+            outputs,
+            ea,
+            ca,
+            ce,
+            segment,
+            corpus,
+            rats,
+            {sp.name: sp.higher_is_better for sp in self._specs},
+            stats,
+        )
 
     # -- meta-evaluation ---------------------------------------------------------------------
 
@@ -789,96 +853,36 @@ class CultureMTHarness:
         """
         if not isinstance(report, Report):
             raise TypeError(f"report must be a Report from evaluate(), got {type(report).__name__}")
-        if len(report.items) != len(self.items) or any(a.id != b.id for a, b in zip(report.items, self.items, strict=True)):
+        if len(report.items) != len(self.items) or any(
+            a.id != b.id for a, b in zip(report.items, self.items, strict=True)
+        ):
             raise ValueError("report was not produced on this harness's items")
         if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 0:
             raise ValueError(f"n_boot must be an int >= 0, got {n_boot!r}")
-        if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) \
-                or not 0 < confidence < 1:
+        if (
+            isinstance(confidence, bool)
+            or not isinstance(confidence, numbers.Real)
+            or not 0 < confidence < 1
+        ):
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
         if model_sizes is not None:
             if not isinstance(model_sizes, Mapping):
-                raise TypeError(f"model_sizes must be a dict {{system: parameter count}}, got {type(model_sizes).__name__}")
+                raise TypeError(
+                    f"model_sizes must be a dict {{system: parameter count}}, got {type(model_sizes).__name__}"
+                )
             for s, v in model_sizes.items():
                 if s not in report.systems:
-                    raise ValueError(f"model_sizes: unknown system {s!r}; report has {list(report.systems)}")
-                if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (math.isfinite(v) and v > 0):
+                    raise ValueError(
+                        f"model_sizes: unknown system {s!r}; report has {list(report.systems)}"
+                    )
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, numbers.Real)
+                    or not (math.isfinite(v) and v > 0)
+                ):
                     raise ValueError(f"model_sizes[{s!r}] must be a positive number, got {v!r}")
         gen = self._rng if rng is None else check_rng(rng)
-        n_boot = int(n_boot)
-        conf = float(confidence)
-        systems = report.systems
-        S, n = len(systems), len(self.items)
-        metrics = [m for m in report.higher_is_better]
-        sign = {m: 1.0 if report.higher_is_better[m] else -1.0 for m in metrics}
-        CE = np.stack([report.ce[s] for s in systems])  # (S, n)
-        rows: list[MetaRow] = []
-
-        def ci(b: np.ndarray) -> tuple[float, float]:
-            return _st.percentile_ci(b, conf) if n_boot else (math.nan, math.nan)
-
-        # -- segment level: overall, per type, per domain (item-cluster bootstrap)
-        subsets: list[tuple[str, str, np.ndarray]] = [("all", "all", np.arange(n))]
-        for grp, attr in (("type", "type"), ("domain", "domain")):
-            vals = [getattr(it, attr) for it in self.items]
-            for v in sorted(set(vals)):
-                subsets.append((grp, v, np.array([i for i, x in enumerate(vals) if x == v])))
-        all_counts = _st.bootstrap_counts(n, n_boot, gen)
-        for grp, sub, idx in subsets:
-            counts = all_counts if grp == "all" else _st.bootstrap_counts(idx.size, n_boot, gen)
-            for m in metrics:
-                X = np.stack([report.segment[s][m][idx] for s in systems]) * sign[m]  # (S, k)
-                valid = np.isfinite(X)
-                local = np.broadcast_to(np.arange(idx.size), X.shape)[valid]
-                x, y = X[valid], CE[:, idx][valid]
-                t0, r0 = _st.rank_correlations(x, y, np.ones((1, idx.size), np.int64), local)
-                tb, rb = _st.rank_correlations(x, y, counts, local)
-                tau, rho = np.concatenate([t0, tb]), np.concatenate([r0, rb])
-                for stat, vals_ in (("kendall_tau_b", tau), ("spearman", rho)):
-                    lo, hi = ci(vals_[1:])
-                    rows.append(MetaRow("segment", m, grp, sub, stat, float(vals_[0]), lo, hi, int(x.size)))
-
-        # -- system level (same item resamples as the overall segment level)
-        ce_sys = CE.mean(axis=1)
-        ce_boot = (all_counts @ CE.T) / n  # (B, S)
-        for m in metrics:
-            xs = np.array([report.corpus[s][m] for s in systems]) * sign[m]
-            xb = np.empty((n_boot, S))
-            spec = next(sp for sp in self._specs if sp.name == m)
-            for j, s in enumerate(systems):
-                if spec.kind == "sacrebleu":
-                    xb[:, j] = corpus_from_stats(spec, all_counts @ report.stats[s][m]) if n_boot else 0
-                else:
-                    seg = report.segment[s][m]
-                    ok = np.isfinite(seg)
-                    cnt = all_counts[:, ok].sum(axis=1)
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        xb[:, j] = (all_counts[:, ok] @ seg[ok]) / cnt
-            xb *= sign[m]
-            rows.extend(self._system_rows("system", m, xs, ce_sys, xb, ce_boot, ci))
-
-        if model_sizes:
-            names = [s for s in systems if s in model_sizes]
-            j = [systems.index(s) for s in names]
-            xs = np.log10([float(model_sizes[s]) for s in names])
-            xb = np.broadcast_to(xs, (n_boot, len(names)))
-            rows.extend(self._system_rows("size", "log10_size", xs, ce_sys[j], xb, ce_boot[:, j], ci,
-                                          accuracy=False))
-        return MetaReport(tuple(rows), n_boot, conf)
-
-    @staticmethod
-    def _system_rows(level, metric, xs, ys, xb, yb, ci, accuracy=True) -> list[MetaRow]:
-        S = xs.size
-        out = []
-        stats = [("pearson", _st.pearson_rows), ("spearman", _st.spearman_rows)]
-        if accuracy:
-            stats.append(("pairwise_accuracy", _st.pairwise_accuracy_rows))
-        for name, fn in stats:
-            if name != "pairwise_accuracy" and S < 3:
-                val, lo, hi = math.nan, math.nan, math.nan
-            else:
-                val = float(fn(xs[None], ys[None])[0])
-                ok = np.isfinite(xb).all(axis=1)
-                lo, hi = ci(fn(xb[ok], yb[ok])) if ok.any() else (math.nan, math.nan)
-            out.append(MetaRow(level, metric, "all", "all", name, val, lo, hi, S))
-        return out
+        rows = meta_rows(
+            report, self.items, self._specs, int(n_boot), float(confidence), model_sizes, gen
+        )
+        return MetaReport(tuple(rows), int(n_boot), float(confidence))

