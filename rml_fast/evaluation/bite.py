@@ -102,6 +102,12 @@ class AttackResult:
         return self.best_score - self.original_score
 
     @property
+    def calls_to_success(self) -> int | None:
+        """Edits until the best score first beat the original (1-based), None if never."""
+        hit = np.flatnonzero(self.best_so_far > self.original_score)
+        return int(hit[0]) + 1 if hit.size else None
+
+    @property
     def success(self) -> bool:
         """Pointwise: the best score beats the original's. Pairwise: the verdict flips to the
         attacked answer (``original_score <= 0 < best_score``). [PROPOSAL] definitions."""
@@ -154,6 +160,9 @@ class BITEAttack:
         LinUCB ridge parameter.
     margin : float, default=0.0
         Score margin an edit needs to replace the worst pool item.
+    arm_policy : {"linucb", "random"}, default="linucb"
+        ``"random"`` draws the arm uniformly (the reference code's "simple rewrite" baseline;
+        the bandit is still updated, so the trajectory measures stay comparable).
     position : {"first", "second"}, default="first"
         Pairwise: where the attacked answer is placed.
     rng : numpy Generator, int or None
@@ -182,6 +191,7 @@ class BITEAttack:
         lambda_reg: float = 1.0,
         margin: float = 0.0,
         position: str = "first",
+        arm_policy: str = "linucb",
         rng: Any = None,
     ) -> None:
         for name, f in (("judge", judge), ("embedder", embedder)):
@@ -202,6 +212,7 @@ class BITEAttack:
             ("judge_type", judge_type, ("pointwise", "pairwise")),
             ("reward_type", reward_type, ("relative", "absolute")),
             ("position", position, ("first", "second")),
+            ("arm_policy", arm_policy, ("linucb", "random")),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -223,6 +234,7 @@ class BITEAttack:
         self.operators, self.arm_names = ops, tuple(names)
         self.judge_type, self.reward_type, self.position = judge_type, reward_type, position
         self.cold_start = bool(cold_start)
+        self.arm_policy = arm_policy
         self._rng = check_rng(rng)
         self._dim: int | None = None
         self.bandit_: LinUCB | None = None
@@ -379,7 +391,12 @@ class BITEAttack:
                 seed, seed_s = pool[i], pool_s[i]
             x = context(seed)
             u = bandit.ucb(x)[0]
-            a = t if t < n_cold else int(np.argmax(u))
+            if t < n_cold:
+                a = t
+            elif self.arm_policy == "random":
+                a = int(rng.integers(K))
+            else:
+                a = int(np.argmax(u))
             top2 = np.sort(u)[-2:]
             cols["gap"][t] = top2[-1] - top2[0] if K > 1 else 0.0
             cols["ci"][t] = 2.0 * (u[a] - float(x @ bandit.theta_[0, a]))

@@ -304,6 +304,26 @@ def test_pulls_concentrate_on_the_biased_arm_and_lift_is_the_bias():
     assert np.mean(adaptive_share) > 0.5
 
 
+def test_linucb_beats_the_random_arm_baseline():
+    emb = BagOfWordsEmbedder(384)
+    share: dict[str, list] = {"linucb": [], "random": []}
+    calls: dict[str, list] = {"linucb": [], "random": []}
+    for policy in share:
+        for seed in range(3):
+            for q, r in QA:
+                atk = BITEAttack(bullet_judge, emb, budget=20, arm_policy=policy, rng=seed)
+                res = atk.attack(q, r)
+                share[policy].append(np.mean(res.arms[6:] == 2))
+                atk = BITEAttack(
+                    bullet_judge, emb, budget=20, cold_start=False, arm_policy=policy, rng=seed
+                )
+                res = atk.attack(q, r)
+                calls[policy].append(res.calls_to_success or 21)
+    assert np.mean(share["linucb"]) > 0.5 > 0.35 > np.mean(share["random"])
+    # without a cold start LinUCB tries arms 0 and 1 (ties at the prior), then the bullet arm
+    assert calls["linucb"] == [3] * len(calls["linucb"])
+
+
 def test_absolute_reward_and_trajectory_bookkeeping():
     emb = BagOfWordsEmbedder(64)
 
