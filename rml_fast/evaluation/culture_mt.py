@@ -489,6 +489,18 @@ class CultureMTHarness:
     source_lang, target_lang : str, default="Chinese", "English"
         Used by the translation prompt ([PROPOSAL] language pair).
 
+    Attributes
+    ----------
+    items : list of UGCItem
+    n_judge_calls : int
+        Judge answers requested so far (cache misses).
+
+    Notes
+    -----
+    A judge with a ``batch(triples) -> list of answers`` method (as :func:`make_llm_judge` gives
+    with ``batch_textgen``) is called once per :meth:`evaluate` with every uncached
+    ``(source, translation, reference)``, repeated once per self-consistency sample.
+
     Examples
     --------
     >>> items = [UGCItem("1", "今天的火锅yyds🔥", "food", "culture_ugc", "Today's hotpot is the GOAT 🔥"),
