@@ -31,6 +31,11 @@ def test_unlearning_erases_and_preserves(result):
             assert cur["others_sw"][0] == 0.0  # same noise, same model
             # the other concepts (radius-2 circle, modes 2.8 apart) move much less than c* did
             assert cur["others_sw"][-1] < 0.5, (opt, obj)
+    # prior preservation through PCGrad: same erasure, much less damage to the other concepts
+    prior, plain = curves["adam+prior"]["mse"], curves["adam"]["mse"]
+    assert prior["erasure"][-1] > 0.85
+    assert prior["others_sw"][-1] < 0.6 * plain["others_sw"][-1]
+    assert prior["anchor_sw"][-1] < 0.6 * plain["anchor_sw"][-1]
     # with the same learning rate, SGD's Hellinger step is 1/(8 sigma^2) of MSE's: it erases less
     assert curves["sgd"]["hellinger"]["erasure"][-1] < curves["sgd"]["mse"]["erasure"][-1] - 0.3
     assert curves["sgd"]["hellinger"]["others_sw"][-1] < curves["sgd"]["mse"]["others_sw"][-1]
@@ -39,8 +44,8 @@ def test_unlearning_erases_and_preserves(result):
 def test_outputs(result):
     assert result["_png"].stat().st_size > 5000
     table = unlearning.format_table(result)
-    assert table.count("\n") == 7 and "steps to 90%" in table
-    rows = {(r["optimizer"], r["objective"]): r for r in result["summary"]}
+    assert table.count("\n") == 8 and "steps to 90%" in table
+    rows = {(r["arm"], r["objective"]): r for r in result["summary"]}
     assert rows[("adam", "mse")]["steps_to_erasure"] is not None
     assert 0 < rows[("adam", "mse")]["steps_to_erasure"] <= result["config"]["unlearn_steps"]
     assert load_demo("unlearning") is unlearning

@@ -5,7 +5,8 @@ concepts on a circle. Concept ``c* = 0`` is then unlearned towards the anchor ``
 (f-DMU, arXiv 2509.21167) with each closed-form objective of
 :mod:`rml_fast.alignment.unlearning`, with Adam (the paper's optimiser, invariant to a common
 gradient scale, so only the per-sample reweighting differs) and with plain SGD (which also feels
-the objectives' gradient magnitudes), all at the same learning rate per optimiser.
+the objectives' gradient magnitudes), all at the same learning rate per optimiser, and MSE with
+Adam plus the prior-preservation loss on the other concepts combined by PCGrad (``adam+prior``).
 Every ``eval_every`` steps the fine-tuned model is sampled with the same noise:
 
 * erasure -- fraction of its ``c*`` samples that no longer land in ``c*``'s mode (nearest mean);
@@ -84,9 +85,9 @@ def run(*, seed: int = 0, quick: bool = False, out=None, progress: bool = True) 
     Returns
     -------
     dict
-        ``config``; ``curves[optimizer][objective]`` with lists ``step``, ``erasure``, ``anchor``,
-        ``others_sw``, ``anchor_sw`` (means over seeds); ``summary``: one row per (optimizer,
-        objective) with ``steps_to_erasure`` (step at which the erasure curve first reaches 0.9,
+        ``config``; ``curves[arm][objective]`` (arms ``"adam"``, ``"sgd"`` and ``"adam+prior"``,
+        the last for ``"mse"`` only) with lists ``step``, ``erasure``, ``anchor``, ``others_sw``,
+        ``anchor_sw`` (means over seeds); ``summary``: one row per (``arm``, ``objective``) with ``steps_to_erasure`` (step at which the erasure curve first reaches 0.9,
         linearly interpolated between evaluations; None if never), ``final_erasure``,
         ``others_sw_at_erasure`` (the others' sliced W1 at that point: preservation at matched
         erasure), ``final_others_sw`` and ``final_anchor_sw``.
@@ -102,8 +103,11 @@ def run(*, seed: int = 0, quick: bool = False, out=None, progress: bool = True) 
     mix = concept_mixture(4)
     n = cfg["n_eval"]
     concepts = torch.arange(4).repeat_interleave(n)
+    # (arm, optimizer, objectives, with prior preservation)
+    arms = [("adam", "adam", OBJECTIVES, False), ("sgd", "sgd", OBJECTIVES, False),
+            ("adam+prior", "adam", ("mse",), True)]
     curves: dict[str, dict[str, dict[str, list[float]]]] = {
-        opt: {obj: {} for obj in OBJECTIVES} for opt in cfg["lr"]}
+        arm: {obj: {} for obj in objs} for arm, _, objs, _ in arms}
     scatter: dict[str, torch.Tensor] = {}
     with torch.random.fork_rng(devices=[]):
         for s in range(seed, seed + cfg["n_seeds"]):
@@ -112,21 +116,24 @@ def run(*, seed: int = 0, quick: bool = False, out=None, progress: bool = True) 
             eval_gen = 10_000 + s
             base = ddpm_sample(net, schedule, concepts, generator=eval_gen)
             x0_anchor = ddpm_sample(net, schedule, torch.full((1024,), ANCHOR), generator=20_000 + s)
+            keep_c = torch.tensor([ANCHOR, *OTHERS]).repeat_interleave(512)
+            keep_x = ddpm_sample(net, schedule, keep_c, generator=30_000 + s)
             if s == seed:
                 scatter["original"] = base
-            for opt, lr in cfg["lr"].items():
-                for obj in OBJECTIVES:
+            for arm, opt, objectives, prior in arms:
+                for obj in objectives:
                     rows: list[tuple[float, ...]] = []
-
                     keep = scatter if (s == seed and opt == "adam") else None
                     evaluate = partial(_evaluate, rows=rows, base=base, gen=eval_gen,
-                                       schedule=schedule, mix=mix, concepts=concepts,
-                                       keep=keep, key=obj, final=cfg["unlearn_steps"])
+                                       schedule=schedule, mix=mix, concepts=concepts, keep=keep,
+                                       key=f"{obj}+prior" if prior else obj,
+                                       final=cfg["unlearn_steps"])
                     unlearn(net, schedule, x0_anchor, target_concept=TARGET, anchor_concept=ANCHOR,
-                            objective=obj, steps=cfg["unlearn_steps"], lr=lr, optimizer=opt,
-                            batch_size=cfg["batch_size"], sigma=cfg["sigma"], seed=s,
+                            objective=obj, steps=cfg["unlearn_steps"], lr=cfg["lr"][opt],
+                            optimizer=opt, batch_size=cfg["batch_size"], sigma=cfg["sigma"],
+                            preserve=(keep_x, keep_c) if prior else None, pcgrad=True, seed=s,
                             callback=evaluate, callback_every=cfg["eval_every"], progress=progress)
-                    cur = curves[opt][obj]
+                    cur = curves[arm][obj]
                     for key, col in (("step", 0), ("erasure", 1), ("anchor", 2), ("others_sw", 3),
                                      ("anchor_sw", 4)):
                         vals = [r[col] / cfg["n_seeds"] for r in rows]
@@ -148,7 +155,7 @@ def run(*, seed: int = 0, quick: bool = False, out=None, progress: bool = True) 
                 step_at = cur["step"][prev] + lam * (cur["step"][hit] - cur["step"][prev])
                 w_at = cur["others_sw"][prev] + lam * (cur["others_sw"][hit] - cur["others_sw"][prev])
             summary.append({
-                "optimizer": opt, "objective": obj,
+                "arm": opt, "objective": obj,
                 "steps_to_erasure": step_at,
                 "final_erasure": cur["erasure"][-1],
                 "others_sw_at_erasure": w_at,
@@ -169,19 +176,22 @@ def _figure(result: dict, scatter: dict, concepts: torch.Tensor, means: torch.Te
 
     colors = {"mse": "tab:blue", "hellinger": "tab:green", "chi2": "tab:red"}
     fig, axes = plt.subplots(2, 4, figsize=(16, 7.5))
-    for j, opt in enumerate(result["curves"]):
+    for j, opt in enumerate(("adam", "sgd")):
         ax_e, ax_p = axes[0, j], axes[0, 2 + j]
-        for obj, cur in result["curves"][opt].items():
-            ax_e.plot(cur["step"], cur["erasure"], "-o", ms=3, color=colors[obj], label=obj)
-            ax_p.plot(cur["erasure"], cur["others_sw"], "-o", ms=3, color=colors[obj], label=obj)
+        arms = [(opt, "-o", "")] + ([("adam+prior", "--s", " + prior (PCGrad)")] if opt == "adam" else [])
+        for arm, style, suffix in arms:
+            for obj, cur in result["curves"][arm].items():
+                ax_e.plot(cur["step"], cur["erasure"], style, ms=3, color=colors[obj], label=obj + suffix)
+                ax_p.plot(cur["erasure"], cur["others_sw"], style, ms=3, color=colors[obj],
+                          label=obj + suffix)
         ax_e.set(title=f"erasure vs step ({opt})", xlabel="unlearning step",
                  ylabel="fraction of c* samples off c*'s mode", ylim=(-0.03, 1.03))
         ax_p.set(title=f"damage vs erasure ({opt})", xlabel="erasure",
                  ylabel="sliced W1 of concepts 2, 3 (lower = better)")
-        ax_e.legend()
-        ax_p.legend()
+        ax_e.legend(fontsize=8)
+        ax_p.legend(fontsize=8)
     palette = ["tab:purple", "tab:orange", "tab:gray", "tab:olive"]
-    for j, name in enumerate(["original", *OBJECTIVES]):
+    for j, name in enumerate(["original", "mse", "chi2", "mse+prior"]):
         ax = axes[1, j]
         x = scatter.get(name)
         if x is not None:
@@ -213,13 +223,13 @@ def format_table(result: dict) -> str:
 
     Examples
     --------
-    >>> row = {"optimizer": "adam", "objective": "mse", "steps_to_erasure": 40.0,
+    >>> row = {"arm": "adam", "objective": "mse", "steps_to_erasure": 40.0,
     ...        "final_erasure": 1.0, "others_sw_at_erasure": 0.05, "final_others_sw": 0.1,
     ...        "final_anchor_sw": 0.2}
     >>> print(format_table({"summary": [row]}).splitlines()[2].split())
     ['adam', 'mse', '40.0', '1.000', '0.050', '0.100', '0.200']
     """
-    head = (f"{'optimizer':<9} {'objective':<10} {'steps to 90%':>12} {'final erasure':>13} "
+    head = (f"{'arm':<10} {'objective':<10} {'steps to 90%':>12} {'final erasure':>13} "
             f"{'W1 others @90%':>14} {'final W1 others':>15} {'final W1 anchor':>15}")
     lines = [head, "-" * len(head)]
 
@@ -227,7 +237,7 @@ def format_table(result: dict) -> str:
         return "never" if v is None else f"{v:.{digits}f}"
 
     for r in result["summary"]:
-        lines.append(f"{r['optimizer']:<9} {r['objective']:<10} {fmt(r['steps_to_erasure'], 1):>12} "
+        lines.append(f"{r['arm']:<10} {r['objective']:<10} {fmt(r['steps_to_erasure'], 1):>12} "
                      f"{fmt(r['final_erasure']):>13} {fmt(r['others_sw_at_erasure']):>14} "
                      f"{fmt(r['final_others_sw']):>15} {fmt(r['final_anchor_sw']):>15}")
     return "\n".join(lines)
