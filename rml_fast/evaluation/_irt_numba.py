@@ -184,8 +184,8 @@ def item_objective(a, d, kj, n, theta, prior):
             # derivatives of P_k = s_k - s_{k+1}
             for i in range(npar):
                 dP[k, i] = 0.0
-                for l in range(npar):
-                    d2[k, i, l] = 0.0
+                for r in range(npar):
+                    d2[k, i, r] = 0.0
             dP[k, 0] = t * (w[k] - w[k + 1])
             d2[k, 0, 0] = t * t * (v[k] - v[k + 1])
             if k >= 1:  # d_k enters s_k (parameter index k)
@@ -202,9 +202,9 @@ def item_objective(a, d, kj, n, theta, prior):
             f += nk * math.log(pk)
             for i in range(npar):
                 g[i] += nk * dP[k, i] / pk
-                for l in range(npar):
-                    H[i, l] += nk * (d2[k, i, l] / pk - (dP[k, i] / pk) * (dP[k, l] / pk))
-                    F[i, l] += tot * dP[k, i] * (dP[k, l] / pk)
+                for r in range(npar):
+                    H[i, r] += nk * (d2[k, i, r] / pk - (dP[k, i] / pk) * (dP[k, r] / pk))
+                    F[i, r] += tot * dP[k, i] * (dP[k, r] / pk)
     if prior[0] > 0.0:
         mu_la, sd_la, mu_d, sd_d = prior[1], prior[2], prior[3], prior[4]
         if a <= 0.0:
@@ -282,8 +282,9 @@ def _newton_item(a, d, kj, n, theta, prior, max_newton, tol):
     m = kj - 1
     dnew = d.copy()
     an = a
-    it = 0
-    for it in range(max_newton):
+    n_done = 0
+    for _ in range(max_newton):
+        n_done += 1
         f, g, H, F = item_objective(a, d, kj, n, theta, prior)
         negH = -H
         step, ok = _cholesky_solve(negH, g)
@@ -318,7 +319,7 @@ def _newton_item(a, d, kj, n, theta, prior, max_newton, tol):
             d[k] = dnew[k]
         if mx < tol:
             break
-    return a, it + 1
+    return a, n_done
 
 
 @numba.njit(cache=True, parallel=True, error_model="numpy")

@@ -228,8 +228,6 @@ class GradedResponseModel(BaseEstimator):
     -1608.9
     """
 
-    _expected_failed_checks: dict[str, str] = {}
-
     def __init__(
         self,
         n_categories: int | None = None,
@@ -318,7 +316,7 @@ class GradedResponseModel(BaseEstimator):
         base = 0 if obs.min() == 0 else 1
         K = int(obs.max()) - base + 1
         if self.n_categories is not None:
-            if K > self.n_categories:
+            if self.n_categories < K:
                 raise ValueError(
                     f"Y holds code {int(obs.max())} but n_categories={self.n_categories} "
                     f"allows codes {base}..{base + self.n_categories - 1}"
@@ -329,7 +327,7 @@ class GradedResponseModel(BaseEstimator):
     def _recode(self, Y: np.ndarray, name: str = "Y") -> np.ndarray:
         """Original codes -> per-item consecutive codes (int16, -1 missing)."""
         J = Y.shape[1]
-        if J != self.n_features_in_:
+        if self.n_features_in_ != J:
             raise ValueError(
                 f"{name}: X has {J} features, but GradedResponseModel is expecting "
                 f"{self.n_features_in_} features as input (one per item)"
