@@ -22,7 +22,7 @@ import numbers
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import stats
@@ -227,6 +227,25 @@ class GradedResponseModel(BaseEstimator):
     >>> round(grm.loglik_, 1)
     -1608.9
     """
+
+    #: scikit-learn checks that fail by design (run as strict xfails by tests/test_estimator_checks.py)
+    _expected_failed_checks: ClassVar[dict[str, str]] = {
+        name: (
+            "the check fits make_blobs data (e.g. 21 persons x 2 items with ~9 categories) on "
+            "which the marginal MLE does not exist (a slope runs off to infinity, a Heywood "
+            "case), so EM stops at max_iter with a ConvergenceWarning, an error under the "
+            "test settings; GradedResponseModel(method='map') passes every check "
+            "(tests/evaluation/test_irt.py::test_check_estimator_map)"
+        )
+        for name in (
+            "check_estimators_overwrite_params",
+            "check_estimators_fit_returns_self",
+            "check_readonly_memmap_input",
+            "check_fit_idempotent",
+            "check_fit_check_is_fitted",
+            "check_n_features_in",
+        )
+    }
 
     def __init__(
         self,
