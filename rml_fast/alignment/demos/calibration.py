@@ -10,7 +10,8 @@ the reference; the policy is trained with Adam on the full batch of pairs, once 
 and once with DPO + :class:`~rml_fast.alignment.preference.RewardCalibrator` (score norms from
 the unembedding ``W_U, b_U``). Reported per seed: the change of the mean chosen / rejected
 log-likelihood ``z_w - z_w^ref``, ``z_l - z_l^ref`` after training, the last RC factor alpha
-and the fraction of steps whose batch ratio was inside the disentanglement band.
+and the fraction of (step, pair) whose effective incentive ratio ``alpha^2 r`` was inside the
+disentanglement band of that step's batch geometry.
 """
 
 from __future__ import annotations
