@@ -159,8 +159,10 @@ def item_objective(a, d, kj, n, theta, prior):
     s = np.empty(m + 2)   # P*_0..P*_kj
     w = np.empty(m + 2)   # s(1-s)
     v = np.empty(m + 2)   # w(1-2s)
-    dP = np.zeros((kj, npar))
-    d2 = np.zeros((kj, npar, npar))
+    idx = np.empty(3, dtype=np.int64)   # parameters P_k depends on: a, d_k, d_{k+1}
+    dp = np.empty(3)                    # their first derivatives
+    dd = np.empty(3)                    # second derivatives d2P/dx_i^2 (i = 1, 2)
+    ad = np.empty(3)                    # mixed d2P/(da dx_i)
     for q in range(Q):
         t = theta[q]
         tot = 0.0
@@ -181,30 +183,38 @@ def item_objective(a, d, kj, n, theta, prior):
             v[k] = w[k] * (1.0 - 2.0 * sk)
         for k in range(kj):
             pk = max(_cat_prob(a, d, k, kj, t), _TINY)
-            # derivatives of P_k = s_k - s_{k+1}
-            for i in range(npar):
-                dP[k, i] = 0.0
-                for r in range(npar):
-                    d2[k, i, r] = 0.0
-            dP[k, 0] = t * (w[k] - w[k + 1])
-            d2[k, 0, 0] = t * t * (v[k] - v[k + 1])
-            if k >= 1:  # d_k enters s_k (parameter index k)
-                dP[k, k] += w[k]
-                d2[k, k, k] += v[k]
-                d2[k, 0, k] += t * v[k]
-                d2[k, k, 0] += t * v[k]
-            if k + 1 <= m:  # d_{k+1} enters s_{k+1}
-                dP[k, k + 1] -= w[k + 1]
-                d2[k, k + 1, k + 1] -= v[k + 1]
-                d2[k, 0, k + 1] -= t * v[k + 1]
-                d2[k, k + 1, 0] -= t * v[k + 1]
             nk = n[k, q]
+            # P_k = s_k - s_{k+1}: depends on a, d_k (param k, k >= 1), d_{k+1} (param k+1)
+            cnt = 1
+            idx[0] = 0
+            dp[0] = t * (w[k] - w[k + 1])
+            daa = t * t * (v[k] - v[k + 1])
+            if k >= 1:
+                idx[cnt] = k
+                dp[cnt] = w[k]
+                dd[cnt] = v[k]
+                ad[cnt] = t * v[k]
+                cnt += 1
+            if k + 1 <= m:
+                idx[cnt] = k + 1
+                dp[cnt] = -w[k + 1]
+                dd[cnt] = -v[k + 1]
+                ad[cnt] = -t * v[k + 1]
+                cnt += 1
             f += nk * math.log(pk)
-            for i in range(npar):
-                g[i] += nk * dP[k, i] / pk
-                for r in range(npar):
-                    H[i, r] += nk * (d2[k, i, r] / pk - (dP[k, i] / pk) * (dP[k, r] / pk))
-                    F[i, r] += tot * dP[k, i] * (dP[k, r] / pk)
+            inv = 1.0 / pk
+            for i in range(cnt):
+                gi = dp[i] * inv
+                g[idx[i]] += nk * gi
+                for r in range(cnt):
+                    gr = dp[r] * inv
+                    H[idx[i], idx[r]] -= nk * gi * gr
+                    F[idx[i], idx[r]] += tot * gi * dp[r]
+            H[0, 0] += nk * daa * inv
+            for i in range(1, cnt):
+                H[idx[i], idx[i]] += nk * dd[i] * inv
+                H[0, idx[i]] += nk * ad[i] * inv
+                H[idx[i], 0] += nk * ad[i] * inv
     if prior[0] > 0.0:
         mu_la, sd_la, mu_d, sd_d = prior[1], prior[2], prior[3], prior[4]
         if a <= 0.0:
@@ -293,6 +303,19 @@ def _newton_item(a, d, kj, n, theta, prior, max_newton, tol):
                 F[i, i] += 1e-8 + 1e-6 * F[i, i]
             step, ok = _cholesky_solve(F, g)
             if not ok:
+                break
+        smax = 0.0
+        for i in range(m + 1):
+            smax = max(smax, abs(step[i]))
+        if smax < 1e-5:  # inside Newton's quadratic region: take the step, no line search
+            ordered = True
+            for k in range(1, m):
+                if not d[k] + step[k + 1] < d[k - 1] + step[k]:
+                    ordered = False
+            if ordered:
+                a = a + step[0]
+                for k in range(m):
+                    d[k] += step[k + 1]
                 break
         lam = 1.0
         improved = False
