@@ -94,8 +94,8 @@ def hmce_loss(z: torch.Tensor, labels: torch.Tensor, tau: float = 0.1, tau_base:
         Penalty :math:`w_{dir}` subtracted from the logit of pairs of opposite direction.
     loss_type : {"hmce", "hmc", "supcon"}, default="hmce"
         ``"hmc"``: the same levels and weights without the hierarchy constraint;
-        ``"supcon"``: one level whose positives share the whole path (weight 1), i.e. SupCon
-        with the direction penalty.
+        ``"supcon"``: one level whose positives share the whole (padded) path, i.e. the same
+        node (weight 1): SupCon with the direction penalty.
 
     Returns
     -------
@@ -141,7 +141,7 @@ def hmce_loss(z: torch.Tensor, labels: torch.Tensor, tau: float = 0.1, tau_base:
     base = (~diff_dir) & (~eye)
 
     if loss_type == "supcon":
-        valid = (levels >= 0).all(dim=1)
+        valid = levels[:, 0] >= 0  # same padded path = same node
         same = (levels[:, None, :] == levels[None, :, :]).all(dim=2)
         masks = [same & valid[:, None] & valid[None, :] & base]
     else:
