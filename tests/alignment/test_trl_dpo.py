@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rml_fast.alignment import trl_dpo
+from rml_fast.alignment.preference import preference_step
 
 needs_trl = pytest.mark.skipif(
     not trl_dpo.trl_available(), reason="trl is not installed (pip install 'rml_fast[alignment]')"
@@ -172,3 +173,44 @@ def test_end_to_end_with_reward_calibration(trl_env):
     assert 0.0 <= first["band/inside"] <= 1.0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert trainer.preference_calibrator.state["steps"] == 3
+
+
+@needs_trl
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    ("trl_loss", "kind", "hp"),
+    [
+        ("simpo", "simpo", {"beta": 2.0, "gamma": 0.8}),
+        ("sigmoid", "cpo", {"beta": 0.3, "lam": 0.0}),  # CPO without its NLL term
+        ("ipo", "ipo", {"tau": 0.3}),  # reference-free IPO (zero references)
+    ],
+)
+def test_simpo_and_cpo_match_trl_cpo_loss(trl_loss, kind, hp):
+    from types import SimpleNamespace
+
+    try:
+        from trl.experimental.cpo import CPOTrainer
+    except ImportError:
+        pytest.skip("this trl has no experimental CPOTrainer")
+    g = torch.Generator().manual_seed(3)
+    zw = (-20 + 3 * torch.randn(6, generator=g, dtype=torch.float64)).requires_grad_(True)
+    zl = (-22 + 3 * torch.randn(6, generator=g, dtype=torch.float64)).requires_grad_(True)
+    lw = torch.randint(3, 12, (6,), generator=g).double()
+    ll = torch.randint(3, 12, (6,), generator=g).double()
+    beta = hp.get("beta", hp.get("tau"))
+    stub = SimpleNamespace(
+        alpha=0.0, loss_type=trl_loss, beta=beta, simpo_gamma=hp.get("gamma", 0.0),
+        label_smoothing=0.0, accelerator=SimpleNamespace(device=zw.device),
+    )
+    if kind == "simpo":  # TRL's SimPO takes average log-probs
+        peer = CPOTrainer.cpo_loss(stub, zw / lw, zl / ll)[0]
+        ours = preference_step(kind, zw, zl, len_w=lw, len_l=ll, **hp).losses
+    else:
+        zero = torch.zeros_like(lw)
+        peer = CPOTrainer.cpo_loss(stub, zw, zl)[0]
+        ours = preference_step(kind, zw, zl, zero, zero, **hp).losses
+    torch.testing.assert_close(ours, peer, rtol=1e-12, atol=1e-12)
+    g_peer = torch.autograd.grad(peer.sum(), [zw, zl])
+    g_ours = torch.autograd.grad(ours.sum(), [zw, zl])
+    for a, b in zip(g_ours, g_peer, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
