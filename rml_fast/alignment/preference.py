@@ -713,11 +713,11 @@ def preference_step(
         params = calibrator.params
     d_w, d_l = _incentives_core(kind, h, args)
     geo = None
-    own = calibrator is not None and params is calibrator.params
-    if (
-        params is not None and torch.is_grad_enabled() and args[0].requires_grad
-        and not (own and calibrator.training and not calibrator.needs_geometry())
-    ):
+    reuse = (  # the calibrator reuses its score norms on this step (see ``every``)
+        calibrator is not None and params is calibrator.params and calibrator.training
+        and not calibrator.needs_geometry()
+    )
+    if params is not None and torch.is_grad_enabled() and args[0].requires_grad and not reuse:
         geo = score_geometry(
             args[0], args[1], params,
             max_grad_norm=calibrator.max_grad_norm if calibrator is not None else 0.0,

@@ -74,7 +74,8 @@ def _import_trl() -> Any:
 def _head_params(model: torch.nn.Module) -> list[torch.Tensor]:
     """The trainable LM-head parameters, or else the trainable LoRA weights."""
     params: list[torch.Tensor] = []
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     if head is not None:
         params = [p for p in head.parameters() if p.requires_grad]
     if not params:
@@ -147,7 +148,8 @@ class PreferenceLossMixin:
             self._geometry_params = params
             if reward_calibration:
                 self.preference_calibrator = RewardCalibrator(
-                    params, ema=rc_ema, max_grad_norm=float(self.args.max_grad_norm or 0.0),
+                    params, ema=rc_ema,
+                    max_grad_norm=float(self.args.max_grad_norm or 0.0),  # type: ignore[attr-defined]
                     every=rc_every,
                 )
 
@@ -168,9 +170,9 @@ class PreferenceLossMixin:
             raise NotImplementedError("PreferenceDPOTrainer does not return model outputs")
         mode = "train" if self.model.training else "eval"  # type: ignore[attr-defined]
         completion_mask = inputs["completion_mask"]
-        model_kwargs = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
+        model_kwargs: dict[str, Any] = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
         model_kwargs["use_cache"] = False
-        labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+        labels = inputs["input_ids"].masked_fill(completion_mask.eq(0), -100)
         outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
         shift_mask = completion_mask[..., 1:]
         per_token = outputs.log_probs[:, -shift_mask.size(1) :]
@@ -181,16 +183,19 @@ class PreferenceLossMixin:
         if self.precompute_ref_logps:  # type: ignore[attr-defined]
             ref_w, ref_l = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
         else:
+            ref_model = self.ref_model  # type: ignore[attr-defined]
             ref_w, ref_l = self.compute_ref_log_probs(  # type: ignore[attr-defined]
-                self.ref_model or self.model, inputs  # type: ignore[attr-defined]
+                self.model if ref_model is None else ref_model, inputs  # type: ignore[attr-defined]
             )
         ref_w = ref_w.to(zw.dtype)
         ref_l = ref_l.to(zw.dtype)
         calibrator = self.preference_calibrator if mode == "train" else None
         params = None
         if mode == "train":  # band_diagnostic forces the geometry on every step
-            use_rc = calibrator is not None and not self.band_diagnostic
-            params = calibrator.params if use_rc else self._geometry_params
+            if calibrator is not None and not self.band_diagnostic:
+                params = calibrator.params
+            else:
+                params = self._geometry_params
         out = preference_step(
             self.preference_kind, zw, zl, ref_w, ref_l, len_w, len_l,
             params=params,

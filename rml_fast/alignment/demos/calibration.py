@@ -120,7 +120,7 @@ def run(
     """
     from tqdm.auto import tqdm
 
-    settings = (
+    settings: dict[str, Any] = (
         {"pretrain_steps": 150, "pairs": 32, "steps": 25, "lr": 1e-3, "beta": 0.1}
         if quick else {"pretrain_steps": 400, "pairs": 64, "steps": 60, "lr": 1e-3, "beta": 0.1}
     )
