@@ -109,39 +109,44 @@ def run(*, seed: int = 0, quick: bool = False, out=None, progress: bool = True) 
     curves: dict[str, dict[str, dict[str, list[float]]]] = {
         arm: {obj: {} for obj in objs} for arm, _, objs, _ in arms}
     scatter: dict[str, torch.Tensor] = {}
-    with torch.random.fork_rng(devices=[]):
-        for s in range(seed, seed + cfg["n_seeds"]):
-            torch.manual_seed(s)
-            net = train_denoiser(mix, schedule, steps=cfg["train_steps"], seed=s, progress=progress)
-            eval_gen = 10_000 + s
-            base = ddpm_sample(net, schedule, concepts, generator=eval_gen)
-            x0_anchor = ddpm_sample(net, schedule, torch.full((1024,), ANCHOR), generator=20_000 + s)
-            keep_c = torch.tensor([ANCHOR, *OTHERS]).repeat_interleave(512)
-            keep_x = ddpm_sample(net, schedule, keep_c, generator=30_000 + s)
-            if s == seed:
-                scatter["original"] = base
-            for arm, opt, objectives, prior in arms:
-                for obj in objectives:
-                    rows: list[tuple[float, ...]] = []
-                    keep = scatter if (s == seed and opt == "adam") else None
-                    evaluate = partial(_evaluate, rows=rows, base=base, gen=eval_gen,
-                                       schedule=schedule, mix=mix, concepts=concepts, keep=keep,
-                                       key=f"{obj}+prior" if prior else obj,
-                                       final=cfg["unlearn_steps"])
-                    unlearn(net, schedule, x0_anchor, target_concept=TARGET, anchor_concept=ANCHOR,
-                            objective=obj, steps=cfg["unlearn_steps"], lr=cfg["lr"][opt],
-                            optimizer=opt, batch_size=cfg["batch_size"], sigma=cfg["sigma"],
-                            preserve=(keep_x, keep_c) if prior else None, pcgrad=True, seed=s,
-                            callback=evaluate, callback_every=cfg["eval_every"], progress=progress)
-                    cur = curves[arm][obj]
-                    for key, col in (("step", 0), ("erasure", 1), ("anchor", 2), ("others_sw", 3),
-                                     ("anchor_sw", 4)):
-                        vals = [r[col] / cfg["n_seeds"] for r in rows]
-                        if key == "step":
-                            cur[key] = [r[0] for r in rows]
-                        else:
-                            cur[key] = [a + b for a, b in zip(cur.get(key, [0.0] * len(vals)), vals,
-                                                               strict=True)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny MLPs: a thread pool only costs here
+    try:
+        with torch.random.fork_rng(devices=[]):
+            for s in range(seed, seed + cfg["n_seeds"]):
+                torch.manual_seed(s)
+                net = train_denoiser(mix, schedule, steps=cfg["train_steps"], seed=s, progress=progress)
+                eval_gen = 10_000 + s
+                base = ddpm_sample(net, schedule, concepts, generator=eval_gen)
+                x0_anchor = ddpm_sample(net, schedule, torch.full((1024,), ANCHOR), generator=20_000 + s)
+                keep_c = torch.tensor([ANCHOR, *OTHERS]).repeat_interleave(512)
+                keep_x = ddpm_sample(net, schedule, keep_c, generator=30_000 + s)
+                if s == seed:
+                    scatter["original"] = base
+                for arm, opt, objectives, prior in arms:
+                    for obj in objectives:
+                        rows: list[tuple[float, ...]] = []
+                        keep = scatter if (s == seed and opt == "adam") else None
+                        evaluate = partial(_evaluate, rows=rows, base=base, gen=eval_gen,
+                                           schedule=schedule, mix=mix, concepts=concepts, keep=keep,
+                                           key=f"{obj}+prior" if prior else obj,
+                                           final=cfg["unlearn_steps"])
+                        unlearn(net, schedule, x0_anchor, target_concept=TARGET, anchor_concept=ANCHOR,
+                                objective=obj, steps=cfg["unlearn_steps"], lr=cfg["lr"][opt],
+                                optimizer=opt, batch_size=cfg["batch_size"], sigma=cfg["sigma"],
+                                preserve=(keep_x, keep_c) if prior else None, pcgrad=True, seed=s,
+                                callback=evaluate, callback_every=cfg["eval_every"], progress=progress)
+                        cur = curves[arm][obj]
+                        for key, col in (("step", 0), ("erasure", 1), ("anchor", 2), ("others_sw", 3),
+                                         ("anchor_sw", 4)):
+                            vals = [r[col] / cfg["n_seeds"] for r in rows]
+                            if key == "step":
+                                cur[key] = [r[0] for r in rows]
+                            else:
+                                cur[key] = [a + b for a, b in zip(cur.get(key, [0.0] * len(vals)), vals,
+                                                                   strict=True)]
+    finally:
+        torch.set_num_threads(threads)
     summary = []
     level = cfg["erasure_level"]
     for opt, per in curves.items():
