@@ -390,7 +390,13 @@ class VariationalFDivergence(nn.Module):
         return f"divergence={self.divergence!r}"
 
     def activation(self, v: Tensor) -> Tensor:
-        """Output activation ``T = g_f(v)`` (elementwise, any shape)."""
+        """Output activation ``T = g_f(v)`` (elementwise, any shape).
+
+        Examples
+        --------
+        >>> VariationalFDivergence("tv").activation(torch.tensor([0.0]))
+        tensor([0.])
+        """
         div = self.divergence
         if div in ("kl", "chi2"):
             return v
@@ -403,7 +409,13 @@ class VariationalFDivergence(nn.Module):
         return 0.5 * torch.tanh(v)
 
     def conjugate(self, t: Tensor) -> Tensor:
-        """Fenchel conjugate ``f*(t)`` (elementwise, any shape), clamped ``eps`` inside its domain."""
+        """Fenchel conjugate ``f*(t)`` (elementwise, any shape), clamped ``eps`` inside its domain.
+
+        Examples
+        --------
+        >>> VariationalFDivergence("chi2").conjugate(torch.tensor([2.0]))  # t^2/4 + t
+        tensor([3.])
+        """
         div, eps = self.divergence, self.eps
         if div == "kl":
             return torch.exp(t - 1.0)
@@ -419,7 +431,15 @@ class VariationalFDivergence(nn.Module):
         return t
 
     def conjugate_of_logits(self, v: Tensor) -> Tensor:
-        """``f*(g_f(v))`` in a numerically stable closed form (elementwise)."""
+        """``f*(g_f(v))`` in a numerically stable closed form (elementwise).
+
+        Examples
+        --------
+        >>> vf = VariationalFDivergence("hellinger")
+        >>> v = torch.tensor([0.5])
+        >>> bool(torch.allclose(vf.conjugate_of_logits(v), vf.conjugate(vf.activation(v))))
+        True
+        """
         div = self.divergence
         if div == "kl":
             return torch.exp(v - 1.0)
@@ -455,6 +475,11 @@ class VariationalFDivergence(nn.Module):
         Returns
         -------
         bound : Tensor of shape ()
+
+        Examples
+        --------
+        >>> VariationalFDivergence("chi2").bound(torch.ones(3), torch.zeros(3))  # 1 - 0
+        tensor(1.)
         """
         _check_tensor(real_logits, "real_logits")
         _check_tensor(fake_logits, "fake_logits")
@@ -475,6 +500,11 @@ class VariationalFDivergence(nn.Module):
         Returns
         -------
         loss : Tensor of shape ()
+
+        Examples
+        --------
+        >>> VariationalFDivergence("chi2").critic_loss(torch.ones(3), torch.zeros(3))
+        tensor(-1.)
         """
         return -self.bound(real_logits, fake_logits, mask)
 
@@ -490,12 +520,23 @@ class VariationalFDivergence(nn.Module):
         Returns
         -------
         loss : Tensor of shape ()
+
+        Examples
+        --------
+        >>> VariationalFDivergence("chi2").generator_loss(torch.full((3,), 2.0))  # -(1 + 2)
+        tensor(-3.)
         """
         _check_tensor(fake_logits, "fake_logits")
         return -self._wmean(self.conjugate_of_logits(fake_logits), mask)
 
     def forward(self, real_logits: Tensor, fake_logits: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Same as :meth:`bound`."""
+        """Same as :meth:`bound`.
+
+        Examples
+        --------
+        >>> VariationalFDivergence("tv")(torch.zeros(2), torch.zeros(2))
+        tensor(0.)
+        """
         return self.bound(real_logits, fake_logits, mask)
 
 
@@ -547,12 +588,23 @@ class ConvCritic(nn.Module):
         Returns
         -------
         logits : Tensor of shape (B, 1, H', W')
+
+        Examples
+        --------
+        >>> tuple(ConvCritic(1, base=4, n_layers=1)(torch.zeros(1, 1, 4, 4)).shape)
+        (1, 1, 2, 2)
         """
         mask = torch.ones_like(output[:, :1]) if cond is None else cond.to(output.dtype)
         return self.net(torch.cat([output, mask], dim=1))
 
     def pool_mask(self, mask: Tensor) -> Tensor:
-        """A (B, 1, H, W) mask averaged down to the logit map's resolution (weights for the losses)."""
+        """A (B, 1, H, W) mask averaged down to the logit map's resolution (weights for the losses).
+
+        Examples
+        --------
+        >>> ConvCritic(1, base=4, n_layers=1).pool_mask(torch.ones(1, 1, 4, 4)).tolist()
+        [[[[1.0, 1.0], [1.0, 1.0]]]]
+        """
         k = 2**self.n_layers
         return F.avg_pool2d(mask.to(torch.get_default_dtype()), k, k, ceil_mode=True)
 
@@ -608,6 +660,11 @@ class MLPCritic(nn.Module):
         Returns
         -------
         logits : Tensor of shape (B,)
+
+        Examples
+        --------
+        >>> tuple(MLPCritic(2)(torch.zeros(4, 2)).shape)
+        (4,)
         """
         if self.cond_features:
             if cond is None or cond.shape != (output.shape[0], self.cond_features):

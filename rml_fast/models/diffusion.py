@@ -249,6 +249,12 @@ class ConditionalDenoiser(nn.Module):
         Returns
         -------
         eps : Tensor of shape (B, dim)
+
+        Examples
+        --------
+        >>> net = ConditionalDenoiser(n_concepts=2)
+        >>> tuple(net(torch.zeros(3, 2), torch.tensor([0, 1, 1]), torch.tensor([0, 5, 99])).shape)
+        (3, 2)
         """
         h = torch.cat([x_t, self.concept_emb(c).to(x_t.dtype),
                        _timestep_embedding(t, self.emb_dim, self.n_steps).to(x_t.dtype)], dim=1)
@@ -279,7 +285,13 @@ class ConceptMixture:
 
     @property
     def n_concepts(self) -> int:
-        """Number of concepts ``K``."""
+        """Number of concepts ``K``.
+
+        Examples
+        --------
+        >>> concept_mixture(3).n_concepts
+        3
+        """
         return int(self.means.shape[0])
 
     def sample(self, n: int, concepts: Tensor | int | None = None,
@@ -298,6 +310,12 @@ class ConceptMixture:
         -------
         x : Tensor of shape (n, d), float32
         c : LongTensor of shape (n,)
+
+        Examples
+        --------
+        >>> x, c = concept_mixture().sample(3, concepts=1, generator=0)
+        >>> c.tolist()
+        [1, 1, 1]
         """
         n = int(check_scalar(n, "n", Interval("int", 1, None)))
         g = _generator(generator, "generator")
@@ -317,7 +335,13 @@ class ConceptMixture:
         return x, c
 
     def assign(self, x: Tensor) -> Tensor:
-        """Index of the nearest component mean (the mode a point lands in), (n, d) -> (n,)."""
+        """Index of the nearest component mean (the mode a point lands in), (n, d) -> (n,).
+
+        Examples
+        --------
+        >>> concept_mixture().assign(torch.tensor([[0.1, 1.9], [-2.2, 0.0]])).tolist()
+        [1, 2]
+        """
         return torch.cdist(x.to(self.means.dtype), self.means).argmin(dim=1)
 
 
