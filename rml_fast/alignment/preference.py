@@ -675,6 +675,7 @@ def preference_step(
     *,
     params: Any = None,
     calibrator: RewardCalibrator | None = None,
+    geometry: dict[str, torch.Tensor] | None = None,
     **hp: Any,
 ) -> PreferenceOutput:
     """Fused loss + incentive-score decomposition (+ optional reward calibration) for one batch.
@@ -691,6 +692,10 @@ def preference_step(
     params : list of Tensor, optional
         Parameter subset for the band diagnostic (defaults to ``calibrator.params``).
     calibrator : RewardCalibrator, optional
+    geometry : dict, optional
+        A precomputed score geometry (``sw_sq, sl_sq, dot, rho`` as returned by
+        :func:`score_geometry`, e.g. from a closed form for the LM head); used instead of the
+        two autograd calls, for the band and the calibrator.
 
     Returns
     -------
@@ -712,12 +717,13 @@ def preference_step(
     if params is None and calibrator is not None:
         params = calibrator.params
     d_w, d_l = _incentives_core(kind, h, args)
-    geo = None
+    geo = geometry
     reuse = (  # the calibrator reuses its score norms on this step (see ``every``)
         calibrator is not None and params is calibrator.params and calibrator.training
         and not calibrator.needs_geometry()
     )
-    if params is not None and torch.is_grad_enabled() and args[0].requires_grad and not reuse:
+    grad_on = torch.is_grad_enabled() and args[0].requires_grad
+    if geo is None and params is not None and grad_on and not reuse:
         geo = score_geometry(
             args[0], args[1], params,
             max_grad_norm=calibrator.max_grad_norm if calibrator is not None else 0.0,

@@ -37,7 +37,7 @@ from rml_fast.alignment.preference import (
     preference_step,
 )
 
-__all__ = ["PreferenceLossMixin", "preference_dpo_trainer_class", "trl_available"]
+__all__ = ["PreferenceLossMixin", "head_geometry", "preference_dpo_trainer_class", "trl_available"]
 
 _INSTALL = "pip install 'rml_fast[alignment]'"
 _NON_MODEL_KEYS = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
@@ -88,6 +88,125 @@ def _head_params(model: torch.nn.Module) -> list[torch.Tensor]:
     return params
 
 
+_SCALE_KEYS = (
+    "final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
+    "logits_scaling",
+)
+
+
+def _closed_form_ok(model: torch.nn.Module, params: list[torch.Tensor]) -> bool:
+    """Whether the head geometry can be computed in closed form from the final hidden states.
+
+    True for a plain, untied ``nn.Linear`` LM head (no logit soft-capping or scaling, not a PEFT
+    model) when the geometry parameters are exactly its trainable weight (and bias).
+    """
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if not isinstance(head, torch.nn.Linear) or hasattr(model, "peft_config"):
+        return False
+    get_in = getattr(model, "get_input_embeddings", None)
+    emb = get_in() if callable(get_in) else None
+    if emb is not None and getattr(emb, "weight", None) is head.weight:
+        return False  # tied: the head-restricted gradient also flows through the embedding
+    config: Any = getattr(model, "config", None)
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if cfg is None or any(getattr(cfg, k, None) not in (None, 1.0) for k in _SCALE_KEYS):
+        return False
+    backbone = getattr(model, "base_model", model)
+    if backbone is model:
+        return False
+    own = {id(p) for p in head.parameters() if p.requires_grad}
+    return own == {id(p) for p in params} and id(head.weight) in own
+
+
+def head_geometry(
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    max_grad_norm: float = 0.0,
+    chunk: int = 1024,
+) -> dict[str, torch.Tensor]:
+    """Closed-form score geometry of a linear LM head, without autograd.
+
+    For ``z = sum_t log softmax(W h_t + b)[y_t]`` the head gradient is
+    ``dz/dW = sum_t (e_{y_t} - p_t) h_t^T`` (and ``dz/db = sum_t (e_{y_t} - p_t)``), so
+    ``g_w = grad_W mean_b z_w`` and ``g_l`` follow from the final hidden states of the scored
+    tokens only (two matmuls per token chunk), instead of two backward passes through the head.
+    Equals :func:`~rml_fast.alignment.preference.score_geometry` with ``params=[W(, b)]``.
+
+    Parameters
+    ----------
+    hidden : Tensor of shape (2B, T, d)
+        Final hidden states, chosen rows first; ``hidden[:, t]`` predicts ``labels[:, t]``.
+    labels : LongTensor of shape (2B, T)
+        Next-token labels, ``-100`` where not scored.
+    weight : Tensor of shape (V, d)
+    bias : Tensor of shape (V,), optional
+        Include the bias gradient (when it is trained).
+    max_grad_norm : float, default=0.0
+        Joint clipping of ``[g_w, g_l]`` as in ``score_geometry``.
+    chunk : int, default=1024
+        Tokens per matmul chunk.
+
+    Returns
+    -------
+    geometry : dict
+        ``sw_sq``, ``sl_sq``, ``dot``, ``rho`` (0-dim float64 tensors).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.alignment.preference import score_geometry, sequence_logps
+    >>> g = torch.Generator().manual_seed(0)
+    >>> h = torch.randn(4, 3, 5, generator=g, dtype=torch.float64)
+    >>> W = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    >>> y = torch.randint(0, 7, (4, 3), generator=g)
+    >>> z = sequence_logps(h @ W.T, y)
+    >>> a, b = head_geometry(h, y, W.detach()), score_geometry(z[:2], z[2:], [W])
+    >>> all(torch.allclose(a[k], b[k]) for k in ("sw_sq", "sl_sq", "dot"))
+    True
+    """
+    n2 = hidden.shape[0]
+    if hidden.ndim != 3 or n2 % 2 or labels.shape != hidden.shape[:2]:
+        raise ValueError("hidden must be (2B, T, d) with labels of shape (2B, T)")
+    b = n2 // 2
+    grads = []
+    with torch.no_grad():
+        for rows in (slice(0, b), slice(b, n2)):
+            lab = labels[rows]
+            keep = lab != -100
+            h = hidden[rows][keep].to(weight.dtype)
+            y = lab[keep]
+            gw = torch.zeros_like(weight).index_add_(0, y, h)
+            gb = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
+            gb.index_add_(0, y, torch.ones_like(y, dtype=weight.dtype))
+            for i in range(0, h.shape[0], chunk):
+                hc = h[i : i + chunk]
+                logits = hc @ weight.T
+                if bias is not None:
+                    logits = logits + bias
+                p = torch.softmax(logits, dim=-1)
+                gw.sub_(p.T @ hc)
+                gb.sub_(p.sum(0))
+            grads.append((gw / b, gb / b))
+        (gw_w, gb_w), (gw_l, gb_l) = grads
+        sw_sq = gw_w.double().pow(2).sum()
+        sl_sq = gw_l.double().pow(2).sum()
+        dot = (gw_w.double() * gw_l.double()).sum()
+        if bias is not None:
+            sw_sq = sw_sq + gb_w.double().pow(2).sum()
+            sl_sq = sl_sq + gb_l.double().pow(2).sum()
+            dot = dot + (gb_w.double() * gb_l.double()).sum()
+        if max_grad_norm > 0:
+            total = torch.sqrt(sw_sq + sl_sq)
+            c = torch.clamp(math.sqrt(2.0) * max_grad_norm / (total + 1e-6), max=1.0)
+            sw_sq, sl_sq, dot = sw_sq * c * c, sl_sq * c * c, dot * c * c
+        rho = dot / torch.sqrt(sw_sq * sl_sq).clamp_min(1e-300)
+    return {"sw_sq": sw_sq, "sl_sq": sl_sq, "dot": dot, "rho": rho}
+
+
 class PreferenceLossMixin:
     """The loss of :class:`PreferenceDPOTrainer`; mixed in before ``trl.DPOTrainer``.
 
@@ -113,6 +232,11 @@ class PreferenceLossMixin:
         metrics even without calibration.
     head_params : list of Parameter, optional
         Parameter subset for the score norms; default: the trainable LM head, else LoRA weights.
+    fast_geometry : bool, default=True
+        For a plain untied linear head (and ``head_params`` its own weights), compute the score
+        norms in closed form from the final hidden states of the completion tokens
+        (:func:`head_geometry`) instead of two backward passes through the fused head; other
+        models fall back to ``torch.autograd.grad``.
 
     Examples
     --------
@@ -129,6 +253,7 @@ class PreferenceLossMixin:
         band_diagnostic: bool = False,
         head_params: Any = None,
         rc_every: int = 1,
+        fast_geometry: bool = True,
     ) -> None:
         kind = _check_kind(preference_loss)
         hp = dict(loss_hp or {})
@@ -142,10 +267,12 @@ class PreferenceLossMixin:
         self.band_diagnostic = bool(band_diagnostic)
         unwrapped = self.accelerator.unwrap_model(self.model)  # type: ignore[attr-defined]
         self.preference_calibrator: RewardCalibrator | None = None
-        self._geometry_params = None
+        self._geometry_params: list[torch.Tensor] | None = None
+        self._closed_form = False
         if reward_calibration or band_diagnostic:
             params = list(head_params) if head_params is not None else _head_params(unwrapped)
             self._geometry_params = params
+            self._closed_form = bool(fast_geometry) and _closed_form_ok(unwrapped, params)
             if reward_calibration:
                 self.preference_calibrator = RewardCalibrator(
                     params, ema=rc_ema,
@@ -173,7 +300,25 @@ class PreferenceLossMixin:
         model_kwargs: dict[str, Any] = {k: v for k, v in inputs.items() if k not in _NON_MODEL_KEYS}
         model_kwargs["use_cache"] = False
         labels = inputs["input_ids"].masked_fill(completion_mask.eq(0), -100)
-        outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
+        calibrator = self.preference_calibrator if mode == "train" else None
+        need_geo = mode == "train" and torch.is_grad_enabled() and (
+            self.band_diagnostic or (calibrator is not None and calibrator.needs_geometry())
+        )
+        closed_form = need_geo and self._closed_form
+        captured: dict[str, torch.Tensor] = {}
+        handle = None
+        if closed_form:
+            unwrapped = self.accelerator.unwrap_model(model)  # type: ignore[attr-defined]
+
+            def keep_hidden(module: Any, args: Any, out: Any) -> None:
+                captured["h"] = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+            handle = unwrapped.base_model.register_forward_hook(keep_hidden)
+        try:
+            outputs = model(**model_kwargs, labels=labels, fused_lm_head=True)
+        finally:
+            if handle is not None:
+                handle.remove()
         shift_mask = completion_mask[..., 1:]
         per_token = outputs.log_probs[:, -shift_mask.size(1) :]
         logps = per_token.sum(dim=1)
@@ -189,17 +334,24 @@ class PreferenceLossMixin:
             )
         ref_w = ref_w.to(zw.dtype)
         ref_l = ref_l.to(zw.dtype)
-        calibrator = self.preference_calibrator if mode == "train" else None
+        geometry = None
+        if closed_form and "h" in captured:
+            head = unwrapped.get_output_embeddings()
+            with_bias = head.bias is not None and head.bias.requires_grad
+            geometry = head_geometry(
+                captured["h"][:, :-1], labels[:, 1:], head.weight.detach(),
+                head.bias.detach() if with_bias else None,
+                max_grad_norm=calibrator.max_grad_norm if calibrator is not None else 0.0,
+            )
         params = None
-        if mode == "train":  # band_diagnostic forces the geometry on every step
+        if mode == "train" and geometry is None:  # band_diagnostic: the geometry on every step
             if calibrator is not None and not self.band_diagnostic:
                 params = calibrator.params
             else:
                 params = self._geometry_params
         out = preference_step(
             self.preference_kind, zw, zl, ref_w, ref_l, len_w, len_l,
-            params=params,
-            calibrator=calibrator, **self.preference_hp,
+            params=params, calibrator=calibrator, geometry=geometry, **self.preference_hp,
         )
         self._log_preference(mode, out, zw, zl, ref_w, ref_l)
         return out.loss
@@ -261,7 +413,7 @@ def _trainer_class() -> type:
 
         Takes every argument of ``trl.DPOTrainer`` plus the keyword-only options of
         :class:`PreferenceLossMixin` (``preference_loss``, ``loss_hp``, ``reward_calibration``,
-        ``rc_ema``, ``rc_every``, ``band_diagnostic``, ``head_params``). TRL's ``loss_type`` is ignored
+        ``rc_ema``, ``rc_every``, ``band_diagnostic``, ``head_params``, ``fast_geometry``). TRL's ``loss_type`` is ignored
         (must be the default ``["sigmoid"]``); ``ld_alpha``, ``use_weighting`` and
         f-divergences other than ``reverse_kl`` are not supported and raise.
         """
@@ -276,6 +428,7 @@ def _trainer_class() -> type:
             band_diagnostic: bool = False,
             head_params: Any = None,
             rc_every: int = 1,
+            fast_geometry: bool = True,
             **kwargs: Any,
         ) -> None:
             _check_kind(preference_loss)
@@ -293,7 +446,7 @@ def _trainer_class() -> type:
                 )
             self._setup_preference(
                 preference_loss, loss_hp, reward_calibration, rc_ema, band_diagnostic, head_params,
-                rc_every,
+                rc_every, fast_geometry,
             )
 
     PreferenceDPOTrainer.__module__ = __name__

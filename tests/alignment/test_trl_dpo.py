@@ -214,3 +214,31 @@ def test_simpo_and_cpo_match_trl_cpo_loss(trl_loss, kind, hp):
     g_ours = torch.autograd.grad(ours.sum(), [zw, zl])
     for a, b in zip(g_ours, g_peer, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+@needs_trl
+def test_closed_form_head_geometry_matches_autograd(trl_env):
+    from rml_fast.alignment.preference import score_geometry
+
+    ours, batch = trl_env["ours"], trl_env["batch"]
+    ours._setup_preference("dpo", {}, band_diagnostic=True)
+    assert ours._closed_form  # a plain untied Llama head
+    model = ours.model
+    ours._metrics["train"].clear()
+    ours.compute_loss(model, batch)  # closed form, logged
+    fast = ours._metrics["train"]
+    # autograd reference on the same batch
+    cm = batch["completion_mask"]
+    labels = batch["input_ids"].masked_fill(cm.eq(0), -100)
+    kw = {k: v for k, v in batch.items() if k != "completion_mask"}
+    logps = model(**kw, use_cache=False, labels=labels, fused_lm_head=True).log_probs.sum(1)
+    zw, zl = logps.chunk(2)
+    geo = score_geometry(zw, zl, [model.get_output_embeddings().weight])
+    assert fast["band/rho"][-1] == pytest.approx(float(geo["rho"]), rel=1e-4, abs=1e-6)
+    want = 0.5 * math.log(float(geo["sl_sq"]) / float(geo["sw_sq"]))
+    assert fast["band/log_r_star"][-1] == pytest.approx(want, rel=1e-4, abs=1e-6)
+    ours._setup_preference("dpo", {}, band_diagnostic=True, fast_geometry=False)
+    assert not ours._closed_form
+    ours.compute_loss(model, batch)  # autograd path
+    assert fast["band/rho"][-1] == pytest.approx(float(geo["rho"]), rel=1e-5, abs=1e-7)
+    ours._setup_preference("dpo", {})
