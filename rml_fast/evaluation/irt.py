@@ -190,8 +190,8 @@ class GradedResponseModel(BaseEstimator):
         Compute standard errors (``se_``) from the numerical Hessian of the marginal
         log-likelihood (central differences of its analytic gradient).
     n_jobs : int or None, default=None
-        numba threads for the E- and M-steps (None: one thread for small problems, where
-        thread start-up dominates, else numba's default; -1: all).
+        numba threads for the E- and M-steps: None means 1 (scikit-learn's convention), -1 all
+        cores. Small problems (patterns x items x nodes < 4e6) always run on one thread.
     accelerate : {"squarem", None}, default="squarem"
         SQUAREM extrapolation of the EM map (a monotone safeguard falls back to plain EM).
 
@@ -313,11 +313,12 @@ class GradedResponseModel(BaseEstimator):
                 if len(val) != 2 or not float(val[1]) > 0:
                     raise ValueError(f"priors[{key!r}] must be (mean, sd > 0), got {val!r}")
 
-    def _jobs(self, work: int) -> int | None:
-        """numba threads: ``n_jobs``, or 1 for small E-steps (thread start-up dominates)."""
-        if self.n_jobs is not None:
-            return self.n_jobs
-        return 1 if work < _PARALLEL_WORK else None
+    def _jobs(self, work: int) -> int:
+        """numba threads: 1 for ``n_jobs=None`` (scikit-learn's meaning) and for small E-steps
+        (thread start-up dominates), else ``n_jobs``."""
+        if self.n_jobs is None or work < _PARALLEL_WORK:
+            return 1
+        return self.n_jobs
 
     def _prior_vector(self) -> np.ndarray:
         if self.method != "map":
