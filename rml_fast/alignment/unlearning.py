@@ -338,7 +338,7 @@ def gaussian_f_divergence(mu1, mu2, sigma, kind: str = "kl", alpha: float | None
         return torch.expm1(d)
     if kind == "tv":
         return torch.erf(d.sqrt() / (2 * math.sqrt(2.0)))
-    a = alpha * (1.0 - alpha)
+    a = float(alpha) * (1.0 - float(alpha))  # type: ignore[arg-type]
     return -torch.expm1(-a * d / 2) / a
 
 
@@ -733,6 +733,31 @@ class UnlearnResult:
     critic_loss: list[float] = field(default_factory=list)
 
 
+class _VariationalStep:
+    """The critic, its optimiser and the divergence of the variational objective in :func:`unlearn`."""
+
+    def __init__(self, vf: VariationalFDivergence, critic: nn.Module, lr: float):
+        self.vf, self.critic = vf, critic
+        self.opt = torch.optim.Adam(critic.parameters(), lr=lr, betas=(0.5, 0.999))
+        self.flat = isinstance(critic, MLPCritic)
+        self.use_cond = bool(getattr(critic, "cond_features", 0))
+
+    def _logits(self, out: Tensor, cond: Tensor) -> Tensor:
+        if self.flat:
+            out = out.reshape(out.shape[0], -1)
+        return self.critic(out, cond if self.use_cond else None)
+
+    def critic_step(self, real: Tensor, fake: Tensor, cond: Tensor) -> float:
+        loss = self.vf.critic_loss(self._logits(real, cond), self._logits(fake, cond))
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+    def generator_loss(self, fake: Tensor, cond: Tensor) -> Tensor:
+        return self.vf.generator_loss(self._logits(fake, cond))
+
+
 def _flat_grad(params: list[nn.Parameter], loss: Tensor, retain: bool = False) -> Tensor:
     grads = torch.autograd.grad(loss, params, retain_graph=retain, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
@@ -881,15 +906,15 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
     for p in tuned.parameters():
         p.requires_grad_(id(p) in keep)
     opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(params, lr=lr)
-    vf = crit_opt = None
+    variational: _VariationalStep | None = None
     if objective == "variational":
-        vf = VariationalFDivergence(divergence)
         if critic is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
                 critic = MLPCritic(int(x0[0].numel()), cond_features=int(x0[0].numel()) + 1)
-        critic = critic.to(x0.dtype)
-        crit_opt = torch.optim.Adam(critic.parameters(), lr=critic_lr, betas=(0.5, 0.999))
+        variational = _VariationalStep(VariationalFDivergence(divergence), critic.to(x0.dtype),
+                                       critic_lr)
+    alpha_value = 0.5 if alpha is None else float(alpha)
     result = UnlearnResult(model=tuned)
     from tqdm.auto import tqdm
 
@@ -913,18 +938,12 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
         with torch.no_grad():
             target = frozen(x_t, torch.full_like(t, c_anchor), t)
         pred = tuned(x_t, cs, t)
-        if objective == "variational":
+        if variational is not None:
             cond = torch.cat([x_t.reshape(x_t.shape[0], -1), (t.to(x_t.dtype) / n_t)[:, None]], 1)
-            cond = cond if getattr(critic, "cond_features", 0) else None
-            flat = (lambda z: z.reshape(z.shape[0], -1)) if isinstance(critic, MLPCritic) else (lambda z: z)
-            c_loss = vf.critic_loss(critic(flat(target), cond), critic(flat(pred.detach()), cond))
-            crit_opt.zero_grad(set_to_none=True)
-            c_loss.backward()
-            crit_opt.step()
-            result.critic_loss.append(float(c_loss.detach()))
+            result.critic_loss.append(variational.critic_step(target, pred.detach(), cond))
             if it < critic_warmup:
                 continue
-            loss = vf.generator_loss(critic(flat(pred), cond))
+            loss = variational.generator_loss(pred, cond)
         elif objective == "mse":
             loss = mse_unlearn_loss(pred, target)
         elif objective == "hellinger":
@@ -932,7 +951,7 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
         elif objective == "chi2":
             loss = chi2_unlearn_loss(pred, target, sigma=sigma)
         else:
-            loss = alpha_unlearn_loss(pred, target, alpha=alpha, sigma=sigma)
+            loss = alpha_unlearn_loss(pred, target, alpha=alpha_value, sigma=sigma)
         step = it - (critic_warmup if objective == "variational" else 0)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite unlearning loss at step {step}; for 'chi2' "
