@@ -289,11 +289,13 @@ def test_pcgrad_project():
 # ----------------------------------------------------------------------- the toy effect
 @pytest.fixture(scope="module")
 def toy():
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny MLPs; a thread pool only costs on busy 2-core machines
     mix, s = concept_mixture(), DDPMSchedule()
     net = train_denoiser(mix, s, steps=1000, seed=0, progress=False)
     x0 = ddpm_sample(net, s, torch.full((512,), 1), generator=1)
-    return mix, s, net, x0
+    yield mix, s, net, x0
+    torch.set_num_threads(threads)
 
 
 def _erasure(mix, s, model, gen=7):
