@@ -8,7 +8,10 @@ log-likelihoods the way TRL does (``model(..., labels=..., fused_lm_head=True).l
 summed over the completion) and evaluates
 :func:`~rml_fast.alignment.preference.preference_step` on them, optionally through a
 :class:`~rml_fast.alignment.preference.RewardCalibrator` on the LM head (or the trainable
-LoRA weights when the head is frozen). Besides TRL's metrics it logs the incentives
+LoRA weights when the head is frozen); for a plain untied linear head the two score norms come
+in closed form from the final hidden states (:func:`head_geometry`), so the band diagnostic and
+RC cost about one extra head matmul instead of two backward passes. Besides TRL's metrics it
+logs the incentives
 (``incentives/d_w``, ``incentives/d_l``, ``incentives/log_r``) and, when the head geometry is
 computed (``reward_calibration=True`` or ``band_diagnostic=True``), ``band/inside``,
 ``band/log_r_star`` (``log |s_l|/|s_w|``), ``band/rho`` and ``rc/alpha``.
