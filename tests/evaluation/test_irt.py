@@ -420,3 +420,63 @@ def test_diagnose_judge_end_to_end():
     b = out["consistency"].b
     assert np.all(b[0, 1:3] > b[1, 1:3]) and np.all(b[1, 1:3] > b[2, 1:3])  # strict > lenient
     assert out["alignment"].spearman_theta > 0.8
+
+
+# --------------------------------------------------------------------------- MAP, dtypes, options
+
+
+def test_map_equals_direct_posterior_mode_on_science():
+    """method='map' maximises log-lik + log prior (log a ~ N(0, 0.5^2) as a density of a,
+    d ~ N(0, 3^2)); compared with L-BFGS on that objective with the reference log-lik."""
+    from scipy.optimize import minimize
+
+    Y, _ = load_science()
+    Yc = (Y - 1).astype(float)
+    m = GradedResponseModel(method="map").fit(Y)
+
+    def unpack(x):
+        x = x.reshape(4, 4)
+        a = np.exp(x[:, 0])
+        d = np.concatenate([x[:, 1:2], x[:, 1:2] - np.cumsum(np.exp(x[:, 2:]), axis=1)], axis=1)
+        return a, d
+
+    def neg_post(x):
+        a, d = unpack(x)
+        la = np.log(a)
+        prior = np.sum(-la - 0.5 * (la / 0.5) ** 2) + np.sum(-0.5 * (d / 3.0) ** 2)
+        return -(_reference_loglik(a, d, Yc) + prior)
+
+    x0 = np.tile([0.0, 2.0, 0.5, 0.5], 4)
+    res = minimize(neg_post, x0, method="L-BFGS-B", options={"gtol": 1e-9, "ftol": 1e-15,
+                                                             "maxiter": 5000})
+    a, d = unpack(res.x)
+    np.testing.assert_allclose(m.a_, a, atol=5e-3)
+    np.testing.assert_allclose(m.d_, d, atol=1e-2)
+    assert m.a_[2] < GradedResponseModel().fit(Y).a_[2] - 0.1   # the steepest slope shrinks
+
+
+def test_codes_dtypes_and_n_categories():
+    """0-based and 1-based codes, int/float32/float64 input give the same fit; n_categories
+    adds a never-used top category with probability 0."""
+    Y, _ = load_science()
+    m1 = GradedResponseModel().fit(Y)
+    for Z in (Y - 1, Y.astype(np.float32), (Y - 1).astype(np.float64)):
+        m2 = GradedResponseModel().fit(Z)
+        np.testing.assert_allclose(m2.a_, m1.a_, atol=1e-10)
+        np.testing.assert_allclose(m2.d_, m1.d_, atol=1e-10)
+    m5 = GradedResponseModel(n_categories=5).fit(Y)
+    assert m5.categories_.tolist() == [1, 2, 3, 4, 5]
+    assert np.all(m5.d_[:, -1] == -np.inf)
+    np.testing.assert_allclose(m5.a_, m1.a_, atol=1e-10)
+    np.testing.assert_allclose(m5.category_probs([0.0])[0, :, 4], 0.0)
+    with pytest.raises(ValueError, match="n_categories"):
+        GradedResponseModel(n_categories=3).fit(Y)
+
+
+def test_person_without_responses_gets_the_prior():
+    Y, _ = load_science()
+    m = GradedResponseModel().fit(Y)
+    th, psd = m.theta(np.full((1, 4), np.nan))
+    assert abs(th[0]) < 1e-9 and abs(psd[0] - 1) < 1e-3
+    with pytest.raises(ValueError, match="expecting 4 features"):
+        m.theta(Y[:, :3])
