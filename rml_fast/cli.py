@@ -1,4 +1,4 @@
-"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo`` (``np``, ``alignment NAME``).
+"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo`` (``np``, ``alignment NAME``, ``fairness``).
 
 Bad arguments end with a one-line argparse error (exit status 2, no traceback); an optional
 dependency that is not installed ends with one line naming the pip extra that provides it
@@ -162,20 +162,38 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_alignment_demo(args: argparse.Namespace) -> int:
-    if args.out:
-        problem = _missing("matplotlib", "--out (the PNG figure; leave --out out to skip it)")
-        if problem:
-            print(f"rml-fast demo alignment: error: {problem}", file=sys.stderr)
-            return 1
-    from rml_fast.alignment.demos import load_demo
-
-    demo = load_demo(args.experiment)
+def _run_contract_demo(args: argparse.Namespace, demo: Any) -> int:
+    """Run a demo module's ``run(seed=, quick=, out=, progress=)`` and print ``format_table``."""
     result = demo.run(seed=args.seed, quick=args.quick, out=args.out, progress=not args.no_progress)
     print(demo.format_table(result))
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def _figure_problem(args: argparse.Namespace, name: str) -> bool:
+    if args.out:
+        problem = _missing("matplotlib", "--out (the PNG figure; leave --out out to skip it)")
+        if problem:
+            print(f"rml-fast demo {name}: error: {problem}", file=sys.stderr)
+            return True
+    return False
+
+
+def _run_alignment_demo(args: argparse.Namespace) -> int:
+    if _figure_problem(args, "alignment"):
+        return 1
+    from rml_fast.alignment.demos import load_demo
+
+    return _run_contract_demo(args, load_demo(args.experiment))
+
+
+def _run_fairness_demo(args: argparse.Namespace) -> int:
+    if _figure_problem(args, "fairness"):
+        return 1
+    from rml_fast.fairness import demo
+
+    return _run_contract_demo(args, demo)
 
 
 def _version() -> str:
@@ -214,7 +232,7 @@ def _main(argv: list[str] | None) -> int:
         "bench", help="run benchmark suites against their peers", add_help=False
     )
     bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
-    demo_top = sub.add_parser("demo", help="run a method's demo (np, alignment)")
+    demo_top = sub.add_parser("demo", help="run a method's demo (np, alignment, fairness)")
     demo_sub = demo_top.add_subparsers(dest="name", required=True, metavar="name")
     demo_p = demo_sub.add_parser("np", help="SFConvCNP vs ConvCNP on GP-RBF tasks")
     align_p = demo_sub.add_parser(
@@ -233,6 +251,15 @@ def _main(argv: list[str] | None) -> int:
     align_p.add_argument("--out", default=None, help="PNG figure to write (default: none)")
     align_p.add_argument("--seed", type=_int_at_least(0), default=0)
     align_p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    fair_p = demo_sub.add_parser(
+        "fairness", help="multi-class accuracy-fairness frontier on a real data set"
+    )
+    fair_p.add_argument(
+        "--quick", action="store_true", help="the smallest setting that still shows the frontier"
+    )
+    fair_p.add_argument("--out", default=None, help="PNG figure to write (default: none)")
+    fair_p.add_argument("--seed", type=_int_at_least(0), default=0)
+    fair_p.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo_p.add_argument(
         "--budget", type=_seconds, default=120.0, help="training seconds per model (>= 0)"
     )
@@ -270,11 +297,13 @@ def _main(argv: list[str] | None) -> int:
 
     if args.command == "demo":
         if rest:
-            (align_p if args.name == "alignment" else demo_p).error(
+            {"alignment": align_p, "fairness": fair_p}.get(args.name, demo_p).error(
                 f"unrecognized arguments: {' '.join(rest)}"
             )
         if args.name == "alignment":
             return _run_alignment_demo(args)
+        if args.name == "fairness":
+            return _run_fairness_demo(args)
         return _run_demo(args)
 
     if args.command == "info":

@@ -34,6 +34,8 @@ def test_version(capsys):
         (["demo", "alignment", "nope"], "argument experiment: invalid choice: 'nope'"),
         (["demo", "alignment", "air", "--seed", "-2"], "argument --seed: expected an integer >= 0"),
         (["demo", "alignment", "air", "--bogus"], "unrecognized arguments: --bogus"),
+        (["demo", "fairness", "--seed", "x"], "argument --seed: expected an integer"),
+        (["demo", "fairness", "--bogus"], "unrecognized arguments: --bogus"),
         (["info", "--bogus"], "unrecognized arguments: --bogus"),
         ([], "the following arguments are required: command"),
     ],
