@@ -370,3 +370,29 @@ def item_gradients(a, d, kj, nexp, theta, prior, out):
         _, g, _, _ = item_objective(a[j], dj, kj[j], nexp[j], theta, prior)
         for i in range(kj[j]):
             out[j, i] = g[i]
+
+
+@numba.njit(cache=True, parallel=True, error_model="numpy")
+def pattern_loglik(codes, logp, logw):
+    """Marginal log-likelihood log sum_q w_q prod_j P(y_pj | theta_q) of every pattern, (P,)."""
+    P, J = codes.shape
+    Q = logp.shape[2]
+    out = np.empty(P)
+    for p in numba.prange(P):
+        row = np.empty(Q)
+        for q in range(Q):
+            row[q] = logw[q]
+        for j in range(J):
+            y = codes[p, j]
+            if y >= 0:
+                for q in range(Q):
+                    row[q] += logp[j, y, q]
+        m = row[0]
+        for q in range(1, Q):
+            if row[q] > m:
+                m = row[q]
+        s = 0.0
+        for q in range(Q):
+            s += math.exp(row[q] - m)
+        out[p] = m + math.log(s)
+    return out

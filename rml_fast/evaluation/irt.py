@@ -880,11 +880,8 @@ class GradedResponseModel(BaseEstimator):
         nb = _kernels()
         logp = nb.log_prob_table(self._a_int, self._d_int, self._kj, self._theta_nodes)
         patterns, _, inverse = _unique_patterns(codes)
-        out = np.empty(patterns.shape[0])
-        ones = np.ones(1)
-        for p in range(patterns.shape[0]):
-            _, ll = nb.estep(patterns[p : p + 1], ones, logp, self._logw, 1)
-            out[p] = ll
+        with _Threads(self._jobs(patterns.shape[0] * codes.shape[1] * self._theta_nodes.size)):
+            out = nb.pattern_loglik(patterns, logp, self._logw)
         return out[inverse]
 
     def score(self, Y: Any, y: Any = None) -> float:
@@ -1049,6 +1046,8 @@ class ConsistencyReport:
         variants (same calibrated model).
     theta, psd : ndarray (N,)
         EAP scores of the samples from all variants.
+    reliability : float
+        Empirical reliability 1 - mean(psd^2) / var(theta).
     model : GradedResponseModel
     """
 
