@@ -18,12 +18,18 @@ Two levels, forward + backward each time (the step a trainer takes):
 
 A ratio > 1 means ours is faster; ~1 means the diagnostic is free. Rows skip when ``trl``
 (the ``alignment`` extra) is missing. ``--quick``: one small size per level.
+
+``python benchmarks/bench_alignment.py --interleaved [--quick] [--rounds N]`` times the trainer
+level with the sides run in turn, round after round (robust to load on a shared machine), and
+adds the band diagnostic through ``autograd.grad`` (``fast_geometry=False``) for comparison.
 """
 
 from __future__ import annotations
 
 import copy
+import statistics
 import tempfile
+import time
 import warnings
 from typing import Any
 
@@ -155,29 +161,77 @@ def _trainer_case(suite: Suite, case: dict[str, Any]) -> None:
                           peer_name="TRL DPOTrainer (sigmoid)", memory=False)
 
 
+def interleaved(*, quick: bool = False, rounds: int = 15) -> list[dict[str, Any]]:
+    """Trainer-level step times with every side run once per round; returns one row per side.
+
+    Each row: ``side``, ``median_s``, ``min_s`` and ``ratio`` (TRL median / side median).
+    """
+    case = _cases(quick)[-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, peer, variants, batch = _tiny_trl(
+            case["hidden"], case["V"], case["layers"], case["B"], case["prompt"], case["resp"]
+        )
+        cls = type(variants["dpo"])
+        auto = cls.__new__(cls)
+        auto.__dict__.update(variants["dpo+band"].__dict__)
+        auto._closed_form = False  # the band through two autograd.grad calls
+        sides = {"TRL DPOTrainer": peer, **variants, "dpo+band (autograd)": auto}
+
+        def step(trainer: Any) -> None:
+            model.zero_grad(set_to_none=True)
+            trainer.compute_loss(model, batch).backward()
+
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        for trainer in sides.values():
+            step(trainer)
+        for _ in range(rounds):
+            for name, trainer in sides.items():
+                t0 = time.perf_counter()
+                step(trainer)
+                times[name].append(time.perf_counter() - t0)
+    base = statistics.median(times["TRL DPOTrainer"])
+    return [
+        {"side": k, "median_s": statistics.median(v), "min_s": min(v),
+         "ratio": base / statistics.median(v)}
+        for k, v in times.items()
+    ]
+
+
+def _cases(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [
+            {"level": "logits", "B": 2, "T": 64, "V": 2048},
+            {"level": "trainer", "hidden": 64, "layers": 1, "V": 512, "B": 4, "prompt": 16,
+             "resp": 16},
+        ]
+    return [
+        {"level": "logits", "B": 4, "T": 128, "V": 8192},
+        {"level": "logits", "B": 4, "T": 256, "V": 32000},
+        {"level": "trainer", "hidden": 256, "layers": 2, "V": 8192, "B": 8, "prompt": 32,
+         "resp": 32},
+    ]
+
+
 def _body(suite: Suite, case: dict[str, Any]) -> None:
     (_logits_case if case["level"] == "logits" else _trainer_case)(suite, case)
 
 
 def run(*, quick: bool = False, progress: bool = True, repeat: int = 5) -> Suite:
-    if quick:
-        cases = [
-            {"level": "logits", "B": 2, "T": 64, "V": 2048},
-            {"level": "trainer", "hidden": 64, "layers": 1, "V": 512, "B": 4, "prompt": 16,
-             "resp": 16},
-        ]
-    else:
-        cases = [
-            {"level": "logits", "B": 4, "T": 128, "V": 8192},
-            {"level": "logits", "B": 4, "T": 256, "V": 32000},
-            {"level": "trainer", "hidden": 256, "layers": 2, "V": 8192, "B": 8, "prompt": 32,
-             "resp": 32},
-        ]
+    cases = _cases(quick)
     return Suite(SUITE, quick=quick, progress=progress, repeat=repeat).run(cases, _body)
 
 
 if __name__ == "__main__":  # python benchmarks/bench_alignment.py [--quick] [--out DIR] ...
     import sys
+
+    if "--interleaved" in sys.argv[1:]:
+        argv = sys.argv[1:]
+        n = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 15
+        for row in interleaved(quick="--quick" in argv, rounds=n):
+            print(f"{row['side']:24s} median {row['median_s'] * 1e3:8.1f} ms  "
+                  f"min {row['min_s'] * 1e3:8.1f} ms  TRL/ours {row['ratio']:.2f}x")
+        raise SystemExit(0)
 
     from run_all import main
 
