@@ -30,6 +30,8 @@ def _sigmoid(z):
 def _cat_prob(a, d, k, kj, t):
     """P(y = k | theta = t) of one item, computed without cancellation."""
     # upper = P*_k (1 for k = 0), lower = P*_{k+1} (0 for k = kj - 1)
+    if kj <= 1:  # an item with a single observed category: P = 1
+        return 1.0
     if k == 0:
         zl = a * t + d[0]
         return _sigmoid(-zl)

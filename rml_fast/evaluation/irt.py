@@ -1014,13 +1014,13 @@ def krippendorff_alpha(ratings: Any, *, level: str = "ordinal") -> float:
     return float(1.0 - d_o / d_e)
 
 
-def _mcdonald_omega(scores: np.ndarray) -> float:
+def _mcdonald_omega(model: GradedResponseModel) -> float:
     """McDonald's omega of a one-factor model: (sum lambda)^2 / ((sum lambda)^2 + sum psi).
 
-    Loadings from the GRM's slopes on the normal-ogive scale, lambda = (a/1.702)/sqrt(1+(a/1.702)^2).
+    Loadings from the fitted GRM's slopes on the normal-ogive scale,
+    lambda = (a/1.702)/sqrt(1+(a/1.702)^2).
     """
-    m = GradedResponseModel().fit(scores)
-    a = m.a_ / 1.702
+    a = model.a_ / 1.702
     lam = a / np.sqrt(1 + a**2)
     psi = 1 - lam**2
     return float(lam.sum() ** 2 / (lam.sum() ** 2 + psi.sum()))
@@ -1107,6 +1107,14 @@ def _as_columns(x: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _judge_model(n_items: int, grm_kwargs: dict[str, Any]) -> GradedResponseModel:
+    """The GRM of a diagnosis: ``method="map"`` unless given when there are only 2 items (two
+    items often have no finite marginal MLE: a slope runs off, a Heywood case)."""
+    kwargs = dict(grm_kwargs)
+    kwargs.setdefault("method", "mml-em" if n_items >= 3 else "map")
+    return GradedResponseModel(**kwargs)
+
+
 def judge_consistency(scores: Any, *, variant_axis: int = 1, **grm_kwargs: Any) -> ConsistencyReport:
     """Phase 1, intrinsic consistency of one judge under V prompt variants **[PROPOSAL]**.
 
@@ -1121,7 +1129,8 @@ def judge_consistency(scores: Any, *, variant_axis: int = 1, **grm_kwargs: Any) 
         Ordinal scores, NaN = missing.
     variant_axis : {1, 0}
     **grm_kwargs
-        Passed to :class:`GradedResponseModel`.
+        Passed to :class:`GradedResponseModel` (default ``method="mml-em"``, or ``"map"`` with
+        only two variants, where the marginal MLE often does not exist).
 
     Returns
     -------
@@ -1144,7 +1153,7 @@ def judge_consistency(scores: Any, *, variant_axis: int = 1, **grm_kwargs: Any) 
         S = S.T
     if S.shape[1] < 2:
         raise ValueError(f"scores must have at least 2 prompt variants, got shape {S.shape}")
-    model = GradedResponseModel(**grm_kwargs).fit(S)
+    model = _judge_model(S.shape[1], grm_kwargs).fit(S)
     th, psd = model.theta()
     stab = np.empty(S.shape[1])
     for v in range(S.shape[1]):
@@ -1176,7 +1185,9 @@ def judge_alignment(judge_scores: Any, human_scores: Any, **grm_kwargs: Any) -> 
     human_scores : array-like of shape (N,) or (N, R_h)
         Same ordinal scale, NaN = missing.
     **grm_kwargs
-        Passed to :class:`GradedResponseModel`.
+        Passed to :class:`GradedResponseModel` (default ``method="mml-em"``, or ``"map"`` with
+        only two items in all, e.g. one judge and one human, where the marginal MLE often does
+        not exist).
 
     Returns
     -------
@@ -1200,7 +1211,7 @@ def judge_alignment(judge_scores: Any, human_scores: Any, **grm_kwargs: Any) -> 
             f"{Jm.shape[0]} and {Hm.shape[0]}"
         )
     Y = np.concatenate([Jm, Hm], axis=1)
-    model = GradedResponseModel(**grm_kwargs).fit(Y)
+    model = _judge_model(Y.shape[1], grm_kwargs).fit(Y)
     nj = Jm.shape[1]
     only_j = Y.copy()
     only_j[:, nj:] = np.nan
@@ -1233,7 +1244,7 @@ def judge_alignment(judge_scores: Any, human_scores: Any, **grm_kwargs: Any) -> 
         kendall=float(stats.kendalltau(mj[ok], mh[ok]).statistic),
         qwk=qwk,
         krippendorff_alpha=krippendorff_alpha(Y, level="ordinal"),
-        mcdonald_omega=_mcdonald_omega(Y),
+        mcdonald_omega=_mcdonald_omega(model),
         model=model,
     )
 

@@ -481,3 +481,21 @@ def test_person_without_responses_gets_the_prior():
     assert abs(th[0]) < 1e-9 and abs(psd[0] - 1) < 1e-3
     with pytest.raises(ValueError, match="expecting 4 features"):
         m.theta(Y[:, :3])
+
+
+def test_constant_item_changes_nothing():
+    """An item with a single observed category has P = 1: the other items' fit is unchanged."""
+    Y, _ = load_science()
+    m = GradedResponseModel().fit(Y)
+    m_c = GradedResponseModel().fit(np.column_stack([Y, np.full(len(Y), 2)]))
+    np.testing.assert_allclose(m_c.a_[:4], m.a_, atol=1e-10)
+    assert m_c.a_[4] == 0 and abs(m_c.loglik_ - m.loglik_) < 1e-8
+    np.testing.assert_allclose(m_c.category_probs([0.0])[0, 4], [0, 1, 0, 0])
+
+
+def test_alignment_with_one_judge_and_one_human_uses_map():
+    """Two items often have no finite MLE; the diagnosis then fits the MAP model (no warning)."""
+    Y, _ = load_science()
+    rep = judge_alignment(Y[:, 2], Y[:, 1])
+    assert rep.model.method == "map"
+    assert np.isfinite(rep.severity_offset) and -1 <= rep.spearman_theta <= 1
