@@ -449,9 +449,14 @@ class GradedResponseModel(BaseEstimator):
                 self.se_ = self._standard_errors(patterns, counts, prior)
         self._train_codes = codes
         if not conv:
+            hint = "raise max_iter"
+            big = np.flatnonzero(np.abs(self.a_) > 5)
+            if big.size:
+                hint = (f"the slope of item {int(big[0])} is {self.a_[big[0]]:.3g}: the marginal "
+                        "MLE may not exist (a Heywood case); use method='map' (priors)")
             warnings.warn(
                 f"GradedResponseModel: EM stopped at max_iter={self.max_iter} before tol="
-                f"{self.tol}; raise max_iter", ConvergenceWarning, stacklevel=2,
+                f"{self.tol}; {hint}", ConvergenceWarning, stacklevel=2,
             )
         return self
 
