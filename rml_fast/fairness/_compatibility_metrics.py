@@ -16,15 +16,11 @@ import numpy as np
 METRICS: dict[str, str] = {
     "accuracy": "accuracy of yhat = 1[p >= 0.5]",
     "demographic_parity": "-(max_g - min_g) P(yhat = 1 | A = g)",
-    "equalized_odds": "-max(range_g TPR_g, range_g FPR_g)",
-    "equal_opportunity": "-(max_g - min_g) TPR_g",
+    "equalized_odds": "-max(range_g TPR_g, range_g FPR_g) over groups with both labels",
+    "equal_opportunity": "-(max_g - min_g) TPR_g over groups with a positive label",
     "predictive_parity": "-(max_g - min_g) PPV_g over groups with a positive prediction",
     "calibration": "-(max_g - min_g) (mean_g p - mean_g y)  (calibration in the large)",
 }
-
-#: metrics that need both labels present in every group
-_NEEDS_BOTH_LABELS = {"equalized_odds", "equal_opportunity"}
-
 
 def _range(rates: np.ndarray, defined: np.ndarray | None = None) -> np.ndarray:
     """``max - min`` over the last axis, restricted to ``defined`` entries (0 if < 2 defined)."""
@@ -36,8 +32,8 @@ def _range(rates: np.ndarray, defined: np.ndarray | None = None) -> np.ndarray:
     return np.where(ok, hi - lo, 0.0)
 
 
-def check_metrics(metrics: Any, y: np.ndarray, groups: np.ndarray) -> list[str | Callable[..., float]]:
-    """Validate the metric list against the data (names known, rates defined); returns a list."""
+def check_metrics(metrics: Any) -> list[str | Callable[..., float]]:
+    """Validate the metric list (built-in names or callables); returns a list."""
     if isinstance(metrics, str) or callable(metrics):
         metrics = [metrics]
     try:
@@ -46,19 +42,12 @@ def check_metrics(metrics: Any, y: np.ndarray, groups: np.ndarray) -> list[str |
         raise TypeError(f"metrics must be a list of names or callables, got {metrics!r}") from exc
     if not metrics:
         raise ValueError("metrics must name at least one metric, got an empty list")
-    n_groups = int(groups.max()) + 1
     for m in metrics:
         if callable(m):
             continue
         if not isinstance(m, str) or m not in METRICS:
             raise ValueError(f"metrics: unknown metric {m!r}; expected one of {sorted(METRICS)} "
                              "or a callable f(y_true, y_pred, y_prob, groups) -> float")
-        if m in _NEEDS_BOTH_LABELS:
-            for g in range(n_groups):
-                labels = y[groups == g]
-                if labels.min() == labels.max():
-                    raise ValueError(f"metrics: {m!r} needs both labels in every group of "
-                                     f"sensitive; group {g} has only label {int(labels[0])}")
     return metrics
 
 
@@ -89,6 +78,11 @@ def evaluate_metrics(prob: np.ndarray, y: np.ndarray, groups: np.ndarray,
     cell[np.arange(y.shape[0]), 2 * groups + y] = 1.0
     count = cell.sum(axis=0).reshape(n_groups, 2)  # (G, 2)
     pos = (yhat @ cell).reshape(-1, n_groups, 2)  # (B, G, 2) positive predictions per cell
+    has_pos, has_neg = count[:, 1] > 0, count[:, 0] > 0  # groups where TPR / FPR are defined
+    tpr = pos[:, :, 1] / np.where(has_pos, count[:, 1], 1.0)
+    fpr = pos[:, :, 0] / np.where(has_neg, count[:, 0], 1.0)
+    has_pos = np.broadcast_to(has_pos, tpr.shape)
+    has_neg = np.broadcast_to(has_neg, fpr.shape)
     out = np.empty((len(metrics), prob.shape[0]))
     for k, m in enumerate(metrics):
         if m == "accuracy":
@@ -97,10 +91,9 @@ def evaluate_metrics(prob: np.ndarray, y: np.ndarray, groups: np.ndarray,
         elif m == "demographic_parity":
             out[k] = -_range(pos.sum(axis=2) / count.sum(axis=1))
         elif m == "equal_opportunity":
-            out[k] = -_range(pos[:, :, 1] / count[:, 1])
+            out[k] = -_range(tpr, has_pos)
         elif m == "equalized_odds":
-            out[k] = -np.maximum(_range(pos[:, :, 1] / count[:, 1]),
-                                 _range(pos[:, :, 0] / count[:, 0]))
+            out[k] = -np.maximum(_range(tpr, has_pos), _range(fpr, has_neg))
         elif m == "predictive_parity":
             n_pos = pos.sum(axis=2)
             defined = n_pos > 0

@@ -32,7 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from sklearn.base import BaseEstimator, clone
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils import ClassifierTags, Tags
+from sklearn.utils.validation import check_is_fitted, validate_data
 from tqdm.auto import tqdm
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
@@ -155,7 +156,8 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
 
     Predictions are ``yhat = 1[p_S >= 0.5]``; the metrics are those of :data:`METRICS`
     (``accuracy``, ``-|DP diff|``, ``-|EO diff|``, ``-|EOP diff|``, ``-|PPV diff|``,
-    ``-calibration gap``; differences are ``max_g - min_g`` over groups) or callables
+    ``-calibration gap``; differences are ``max_g - min_g`` over the groups where the rate is
+    defined, 0 when fewer than two are) or callables
     ``f(y_true, y_pred, y_prob, groups) -> float`` (larger = better; called once per coalition).
 
     Parameters
@@ -212,7 +214,7 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
         raise ValueError(f"X must have at least 2 rows, got {n}")
     y_raw, y01, positive = _check_labels(y, n)
     groups = _check_sensitive(sensitive, n)
-    metric_list = check_metrics(metrics, y01, groups)
+    metric_list = check_metrics(metrics)
     if masking not in MASKINGS:
         raise ValueError(f"masking must be one of {MASKINGS}, got {masking!r}")
     player_list = _check_players(players, p)
@@ -835,6 +837,13 @@ class MetricCompatibility(BaseEstimator):
         self.random_state = random_state
         self.progress = progress
 
+    def __sklearn_tags__(self) -> Tags:
+        """Binary targets are required (the fairness metrics are for binary classifiers)."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.classifier_tags = ClassifierTags(multi_class=False)
+        return tags
+
     def fit(self, X: Any, y: Any, sensitive_features: Any = None) -> MetricCompatibility:
         """Fit the model (unless ``prefit``) and compute the compatibility of the metrics.
 
@@ -862,10 +871,9 @@ class MetricCompatibility(BaseEstimator):
         """
         from sklearn.linear_model import LogisticRegression
 
-        X_arr = check_array(X, "X", ndim=2)
+        X_arr, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
+                                 ensure_min_samples=2)
         n, p = X_arr.shape
-        if n < 2 or p < 1:
-            raise ValueError(f"X must have at least 2 rows and 1 column, got shape {X_arr.shape}")
         _check_labels(y, n)
         if sensitive_features is None:
             col = int(check_scalar(self.sensitive_column, "sensitive_column",
@@ -902,7 +910,6 @@ class MetricCompatibility(BaseEstimator):
         self.compatibility_ = compatibility_matrix(self.interaction_vectors_)
         self.metric_names_ = metric_names(list(game.metrics))
         self.estimator_ = model
-        self.n_features_in_ = p
         return self
 
     def attributions(self, i: int, j: int, top: int = 10, *,
