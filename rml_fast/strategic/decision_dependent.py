@@ -193,6 +193,7 @@ class LinearRule:
         >>> LinearRule(np.array([2.0]), -1.0, np.array([-1, 1])).predict([[1.0], [0.0]]).tolist()
         [1, -1]
         """
+        check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
 
@@ -613,6 +614,7 @@ class RobustStrategicClassifier(ClassifierMixin, BaseEstimator):
         >>> RobustStrategicClassifier().fit(X, ["no", "yes"]).predict(X).tolist()
         ['no', 'yes']
         """
+        check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
     def best_response(self, X: Any, kappa: float | None = None) -> np.ndarray:
@@ -720,7 +722,8 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         ``"param_search"``: the evaluated ``(g, objective)`` pairs; ``"alternating"``: the
         objective per iteration in column 1.
     n_iter_ : int
-        Number of alternating iterations (0 for ``"param_search"``).
+        Number of alternating iterations, or for ``"param_search"`` the number of ``g`` values
+        evaluated (each two SOCPs).
     classes_ : ndarray of shape (2,)
     n_features_in_ : int
 
@@ -909,7 +912,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
 
         if gam == 0.0:
             val, s1, s2, g1 = total(g_hi)
-            return s1, s2, g1, [(g_hi, val)], 0
+            return s1, s2, g1, [(g_hi, val)], 1
         grid = np.linspace(0.0, g_hi, p["n_grid"])
         vals = np.array([total(float(g))[0] for g in grid])
         if not np.isfinite(vals).any():
@@ -936,7 +939,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         best_g = min(cache, key=lambda g: cache[g][0])
         val, s1, s2, g1 = cache[best_g]
         path = sorted((g, v[0]) for g, v in cache.items())
-        return s1, s2, g1, path, 0
+        return s1, s2, g1, path, len(cache)
 
     def _alternating(self, X1, y1, X2, y2, om, bounds, p):
         import cvxpy as cp
@@ -1062,6 +1065,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         >>> TwoStageDDURobustClassifier(n_grid=5).fit(X, [0, 0, 1, 1]).predict(X).tolist()
         [0, 0, 1, 1]
         """
+        check_is_fitted(self)
         return self.classes_[(self.decision_function(X, stage=stage) > 0).astype(int)]
 
     def stage_rule(self, stage: int) -> LinearRule:
