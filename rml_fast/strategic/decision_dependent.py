@@ -193,7 +193,6 @@ class LinearRule:
         >>> LinearRule(np.array([2.0]), -1.0, np.array([-1, 1])).predict([[1.0], [0.0]]).tolist()
         [1, -1]
         """
-        check_is_fitted(self)
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
 
