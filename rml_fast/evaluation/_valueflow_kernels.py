@@ -201,3 +201,46 @@ def pl_loglik(items, offsets, theta):  # pragma: no cover - numba
                 for q in range(t + 1, b):
                     s += math.exp(theta[items[q]] - m)
     return total
+
+
+@njit(cache=True)
+def pl_loglik_gamma(items, offsets, theta, gamma, shift):  # pragma: no cover - numba
+    """As :func:`pl_loglik` with ``gamma = exp(theta - shift)`` precomputed (fast path)."""
+    total = 0.0
+    for r in range(offsets.shape[0] - 1):
+        a, b = offsets[r], offsets[r + 1]
+        s = 0.0
+        for t in range(a, b):
+            s += gamma[items[t]]
+        for t in range(a, b - 1):
+            if s <= 0.0:
+                return -np.inf
+            total += theta[items[t]] - shift - math.log(s)
+            s -= gamma[items[t]]
+    return total
+
+
+@njit(cache=True)
+def mm_newton(w, logc, alpha, t_prev):  # pragma: no cover - numba
+    """Per item: argmax_t  w t - exp(logc + t) - alpha t^2 (alpha > 0), Newton from the right.
+
+    The derivative is concave and decreasing, so Newton started right of the root decreases
+    monotonically to it: start at ``t_prev`` if it lies right of the root, else at
+    max(log(w / c), 0), which always does.
+    """
+    n = w.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        t = t_prev[i]
+        if not (w[i] - math.exp(logc[i] + t) - 2.0 * alpha * t <= 0.0):
+            t = 0.0
+            if w[i] > 0.0:
+                t = max(math.log(w[i]) - logc[i], 0.0)
+        for _ in range(200):
+            ect = math.exp(logc[i] + t)
+            step = (w[i] - ect - 2.0 * alpha * t) / (ect + 2.0 * alpha)
+            t += step
+            if abs(step) <= 1e-14 * (1.0 + abs(t)):
+                break
+        out[i] = t
+    return out

@@ -498,21 +498,12 @@ def _flatten_rankings(rankings: Any, n_items: int, name: str = "rankings"
     return items, offsets
 
 
-def _mm_newton(w: np.ndarray, logc: np.ndarray, alpha: float) -> np.ndarray:
-    """argmax_t  w t - exp(logc + t) - alpha t^2, per item (concave, 1-D, vectorised)."""
+def _mm_newton(w: np.ndarray, logc: np.ndarray, alpha: float, t_prev: np.ndarray
+               ) -> np.ndarray:
+    """argmax_t  w t - exp(logc + t) - alpha t^2, per item (concave, 1-D)."""
     if alpha == 0.0:
         return np.log(w) - logc
-    with np.errstate(divide="ignore"):
-        t = np.where(w > 0, np.log(np.where(w > 0, w, 1.0)) - logc, -np.inf)
-    t = np.maximum(t, 0.0)  # a start right of the root: Newton then decreases monotonically
-    for _ in range(100):
-        ect = np.exp(logc + t)
-        h = w - ect - 2.0 * alpha * t
-        step = h / (ect + 2.0 * alpha)
-        t = t + step
-        if np.max(np.abs(step)) < 1e-13 * (1.0 + np.max(np.abs(t))):
-            break
-    return t
+    return _k.mm_newton(w, logc, alpha, t_prev)
 
 
 def plackett_luce_fit(n_items: int, rankings: Any, alpha: float = 1e-3, method: str = "mm",
@@ -594,11 +585,13 @@ def plackett_luce_fit(n_items: int, rankings: Any, alpha: float = 1e-3, method: 
         c = _k.pl_mm_denominators(items, offsets, np.exp(t - shift), n_items)
         with np.errstate(divide="ignore"):
             logc = np.log(c) - shift
-        out = _mm_newton(wins, logc, alpha)
+        out = _mm_newton(wins, logc, alpha, t)
         return out - out.mean() if alpha == 0.0 else out
 
     def objective(t: np.ndarray) -> float:
-        return float(_k.pl_loglik(items, offsets, t) - alpha * np.dot(t, t))
+        shift = t.max()
+        ll = _k.pl_loglik_gamma(items, offsets, t, np.exp(t - shift), shift)
+        return float(ll - alpha * np.dot(t, t))
 
     converged = False
     if method == "mm" and not accelerate:
@@ -610,25 +603,24 @@ def plackett_luce_fit(n_items: int, rankings: Any, alpha: float = 1e-3, method: 
                 converged = True
                 break
     elif method == "mm":
-        # SQUAREM (Varadhan & Roland 2008) around the MM map, kept monotone: a step that lowers
-        # the objective falls back to the plain double MM step.
+        # SQUAREM (Varadhan & Roland 2008) around the MM map, kept monotone: an extrapolated
+        # step that lowers the objective below the current one is replaced by two plain MM steps.
+        f_cur = objective(theta)
         for _ in tqdm(range(max(max_iter // 3, 1)), disable=not progress, desc="PL mm"):
             t1 = mm_map(theta)
             t2 = mm_map(t1)
             r = t1 - theta
             v = t2 - 2.0 * t1 + theta
             nv = np.linalg.norm(v)
+            cand = t2
             if nv > 0:
-                a = -np.linalg.norm(r) / nv
-                a = min(a, -1.0)
+                a = min(-np.linalg.norm(r) / nv, -1.0)
                 cand = mm_map(theta - 2.0 * a * r + a * a * v)
-                f_c = objective(cand)
-                if not (np.isfinite(f_c) and f_c >= objective(t2)):
-                    cand = t2
-            else:
-                cand = t2
+            f_c = objective(cand)
+            if not (np.isfinite(f_c) and f_c >= f_cur):
+                cand, f_c = t2, objective(t2)
             delta = np.max(np.abs(cand - theta))
-            theta = cand
+            theta, f_cur = cand, f_c
             if delta < tol or np.max(np.abs(r)) < tol:
                 converged = True
                 break
