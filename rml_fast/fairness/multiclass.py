@@ -328,7 +328,7 @@ def exact_fair_lp(eta: Any, group_proba: Any, *, constraint: str = "dp", xi: flo
     >>> round(exact_fair_lp(eta, p, xi=1.0)["accuracy"], 6)
     0.85
     >>> round(exact_fair_lp(eta, p, xi=0.0)["accuracy"], 6)   # both cells must look alike
-    0.5
+    0.55
     """
     import cvxpy as cp
 
@@ -801,7 +801,7 @@ class OptFairInProcessing(ClassifierMixin, BaseEstimator):
     >>> y = (X[:, 0] + 0.5 * rng.normal(size=2000) > 0.5).astype(int)
     >>> fair = OptFairInProcessing(xi=0.02, epochs=30, random_state=0).fit(X, y, a)
     >>> plain = OptFairInProcessing(epochs=30, random_state=0).fit(X, y)
-    >>> bool(disparity(fair.predict(X), y, a) < disparity(plain.predict(X), y, a))
+    >>> bool(disparity(fair.predict_proba(X), y, a) < disparity(plain.predict_proba(X), y, a))
     True
     """
 
