@@ -34,8 +34,8 @@ def train_surrogate(X, y, *, kind, delta, K, r, epochs, lr, temp, rng, progress,
     from tqdm.auto import tqdm
 
     _n, d = X.shape
-    Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
-    yt = torch.from_numpy(y.astype(np.float64))
+    Xt = torch.tensor(np.asarray(X, dtype=np.float64))  # a copy: X may be read-only
+    yt = torch.tensor(np.asarray(y, dtype=np.float64))
     v = torch.tensor(w_init, dtype=torch.float64, requires_grad=True)
     c = torch.tensor(float(c_init), dtype=torch.float64, requires_grad=True)
     half = 0.5 * delta

@@ -344,7 +344,12 @@ def _project_cvxpy(X: np.ndarray, H: RevealedSet, slack: bool) -> np.ndarray:
         b0 = H.b0 + (_slack_abs(H.b0, 1.0) if slack else 0.0)
         cons = [H.radius * cp.norm(Z, 2, axis=1) <= Z @ H.w0 - b0]
     prob = cp.Problem(cp.Minimize(cp.sum_squares(Z - X)), cons)
-    prob.solve(solver="CLARABEL")
+    if isinstance(H, FiniteSet):  # a QP: OSQP with solution polishing (exact active set)
+        prob.solve(solver="OSQP", eps_abs=1e-10, eps_rel=1e-10, polishing=True,
+                   max_iter=200000)
+    else:  # an SOCP: the interior-point solver at tight tolerances
+        prob.solve(solver="CLARABEL", tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10,
+                   tol_ktratio=1e-8)
     if prob.status in ("infeasible", "infeasible_inaccurate"):
         raise InfeasibleRevealedSetError(
             f"H: the projection onto R_H is infeasible (cvxpy status {prob.status!r}): R_H is "
@@ -400,8 +405,8 @@ def maxmin_best_response(X: Any, H: Any, alpha: float = 2.0, *,
         Cost scale (cost per squared unit of movement, halved); max useful move ``sqrt(2/alpha)``.
     method : {"auto", "exact", "cvxpy"}, default="auto"
         ``"auto"``/``"exact"``: closed form (interval), active-set enumeration (finite,
-        ``K <= 8``; cvxpy above) or KKT bisection (ball); ``"cvxpy"``: one QP / SOCP for all rows
-        (CLARABEL), the reference.
+        ``K <= 8``; cvxpy above) or KKT bisection (ball); ``"cvxpy"``: one QP (OSQP, polished) /
+        SOCP (CLARABEL) for all rows, the reference.
 
     Returns
     -------
@@ -675,8 +680,9 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y has one class only ({classes[0]!r}); the classifier needs "
                              "two classes")
         if classes.shape[0] > 2:
-            raise ValueError(f"y has {classes.shape[0]} classes; AmbiguousStrategicClassifier "
-                             "is binary (two classes)")
+            raise ValueError("Only binary classification is supported. The target y has "
+                             f"{classes.shape[0]} classes; AmbiguousStrategicClassifier is "
+                             "binary (two classes)")
         self.classes_ = classes
         rng = check_rng(self.random_state, "random_state")
         X = np.asarray(X, dtype=np.float64)
