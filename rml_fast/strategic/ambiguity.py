@@ -44,6 +44,7 @@ __all__ = [
     "FiniteSet",
     "InfeasibleRevealedSetError",
     "IntervalSet",
+    "RealizedRule",
     "exact_interval_sweep",
     "maxmin_best_response",
     "maxmin_response",
@@ -454,9 +455,14 @@ def maxmin_best_response(X: Any, H: Any, alpha: float = 2.0, *,
     return X_new, moved
 
 
-def maxmin_response(H: Any = None, alpha: float | None = None, *,
-                    method: str = "auto") -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray]]:
-    """A best-response callable ``(X, classifier) -> (X_new, moved)`` for the strategic simulator.
+def maxmin_response(
+    H: Any = None, alpha: float | None = None, *, method: str = "auto",
+) -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A best-response callable ``(X, classifier) -> (X_new, moved, cost)`` for the simulator.
+
+    Plugs the max-min response into
+    :class:`rml_fast.strategic.simulator.StrategicSimulator` (``best_response=...``); the third
+    element is the quadratic cost ``(alpha/2)||x' - x||^2`` each user paid (0 if it stayed).
 
     Parameters
     ----------
@@ -470,25 +476,72 @@ def maxmin_response(H: Any = None, alpha: float | None = None, *,
     Returns
     -------
     best_response : callable
-        ``best_response(X, classifier) -> (X_new (n, d), moved (n,) bool)``.
+        ``best_response(X, classifier) -> (X_new (n, d), moved (n,) bool, cost (n,))``.
 
     Examples
     --------
     >>> import numpy as np
     >>> br = maxmin_response([(np.array([1.0]), 1.0)])
-    >>> Xn, moved = br(np.array([[0.5], [-1.0]]), None)
-    >>> np.round(Xn.ravel(), 6), moved
-    (array([ 1., -1.]), array([ True, False]))
+    >>> Xn, moved, cost = br(np.array([[0.5], [-1.0]]), None)
+    >>> np.round(Xn.ravel(), 6), moved, np.round(cost, 6)
+    (array([ 1., -1.]), array([ True, False]), array([0.25, 0.  ]))
     """
-    def best_response(X: np.ndarray, classifier: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def best_response(X: np.ndarray, classifier: Any = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         HH = H if H is not None else getattr(classifier, "revealed_set_", None)
         if HH is None:
             raise ValueError("maxmin_response: no H given and the classifier has no "
                              "revealed_set_ (fit it first)")
         a = alpha if alpha is not None else float(getattr(classifier, "alpha", 2.0))
-        return maxmin_best_response(X, HH, a, method=method)
+        X_new, moved = maxmin_best_response(X, HH, a, method=method)
+        cost = 0.5 * a * np.sum((X_new - np.asarray(X, dtype=np.float64)) ** 2, axis=1)
+        return X_new, moved, np.where(moved, cost, 0.0)
 
     return best_response
+
+
+@dataclass(frozen=True, eq=False)
+class RealizedRule:
+    """The deployed rule of a fitted :class:`AmbiguousStrategicClassifier`, for simulators.
+
+    ``predict`` applies the realised ``h*`` to the features *as given* (no response), which is
+    what a simulator that computes the responses itself needs; ``revealed_set_`` and ``alpha``
+    let :func:`maxmin_response` (with ``H=None``) compute those responses.
+
+    Parameters
+    ----------
+    w : array of shape (d,)
+        Realised direction.
+    b : float
+        Realised threshold: ``h*(x) = 1[w.x >= b]``.
+    classes_ : array of shape (2,)
+        Labels; ``classes_[1]`` is the accepted one.
+    revealed_set_ : IntervalSet, FiniteSet or BallSet
+        What users know.
+    alpha : float
+        Users' cost scale.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rule = RealizedRule(np.array([1.0]), 0.5, np.array([0, 1]),
+    ...                     IntervalSet(np.array([1.0]), 0.5, 1.0), 2.0)
+    >>> rule.predict(np.array([[0.4], [0.7]]))
+    array([0, 1])
+    """
+
+    w: np.ndarray
+    b: float
+    classes_: np.ndarray
+    revealed_set_: RevealedSet
+    alpha: float
+
+    def predict(self, X: Any) -> np.ndarray:
+        """``classes_[h*(x)]`` for each row of ``X`` (n, d), without any response."""
+        X = check_array(X, "X", ndim=2).astype(np.float64, copy=False)
+        if X.shape[1] != self.w.shape[0]:
+            raise ValueError(f"X must have {self.w.shape[0]} columns, got {X.shape[1]}")
+        return self.classes_[(X @ self.w - self.b >= 0).astype(np.int64)]
 
 
 # --- the exact 1-D sweep --------------------------------------------------------------------------
@@ -768,6 +821,26 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "revealed_set_")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return maxmin_best_response(X, self.revealed_set_, self.alpha)
+
+    def deployed(self) -> RealizedRule:
+        """The realised rule as a :class:`RealizedRule` (for :class:`StrategicSimulator`).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from rml_fast.strategic.simulator import StrategicSimulator
+        >>> X = np.array([[-2.0], [-1.0], [0.5], [2.0]]); y = np.array([0, 0, 1, 1])
+        >>> clf = AmbiguousStrategicClassifier(epochs=0).fit(X, y)
+        >>> res = StrategicSimulator(best_response=maxmin_response()).run(clf.deployed(), X, y)
+        >>> res.accuracy == clf.score(X, y), res.moved.tolist()
+        (True, [False, False, True, False])
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "revealed_set_")
+        w, b = self.realized_
+        return RealizedRule(np.asarray(w, dtype=np.float64).copy(), float(b), self.classes_,
+                            self.revealed_set_, float(self.alpha))
 
     def predict(self, X: Any, strategic: bool = True) -> np.ndarray:
         """Labels (n,) from ``classes_``: the realised ``h*`` applied to the users' responses.

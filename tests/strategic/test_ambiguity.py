@@ -306,10 +306,32 @@ def test_maxmin_response_callable_uses_the_revealed_set(cancer):
     X, y = cancer
     clf = AmbiguousStrategicClassifier(ambiguity="ball", delta=0.5, epochs=20).fit(X, y)
     br = maxmin_response()
-    Xn, moved = br(X, clf)
+    Xn, moved, cost = br(X, clf)
     Xr, mr = clf.best_response(X)
     np.testing.assert_array_equal(Xn, Xr)
     np.testing.assert_array_equal(moved, mr)
+    np.testing.assert_allclose(cost, np.where(mr, np.sum((Xr - X) ** 2, axis=1), 0.0))  # alpha 2
+
+
+@pytest.mark.parametrize("ambiguity", ["interval", "finite", "ball"])
+def test_the_shared_simulator_agrees_with_our_accuracy(cancer, ambiguity):
+    from rml_fast.strategic.simulator import StrategicSimulator
+
+    X, y = cancer
+    clf = AmbiguousStrategicClassifier(ambiguity=ambiguity, delta=1.0, alpha=1.0, epochs=30,
+                                       random_state=0).fit(X, y)
+    res = StrategicSimulator(best_response=maxmin_response()).run(clf.deployed(), X, y)
+    Xr, moved = clf.best_response(X)
+    assert moved.any()
+    np.testing.assert_array_equal(res.moved, moved)
+    np.testing.assert_array_equal(res.X_response, Xr)
+    assert res.accuracy == clf.score(X, y) == clf.train_accuracy_
+    assert res.accuracy_truthful == np.mean(clf.predict(X, strategic=False) == y)
+    # gaming rate: true negatives accepted after responding, by hand
+    neg = y == 0
+    w, b = clf.realized_
+    assert res.gaming_rate == np.mean(Xr[neg] @ w - b >= 0)
+    assert res.mean_cost == pytest.approx(np.mean(0.5 * np.sum((Xr - X) ** 2, axis=1)))
 
 
 # --- bad input ------------------------------------------------------------------------------------
