@@ -658,7 +658,18 @@ def _ilsr_step(items, offsets, gamma, n_items, alpha):
         a = a.tocsr()
         rhs = np.zeros(n_items)
         rhs[-1] = n_items
-    pi = spla.spsolve(a.tocsc(), rhs)
+    pi = None
+    if alpha > 0:
+        # strictly diagonally dominant: Jacobi-preconditioned BiCGSTAB from the current weights
+        # (sparse LU fills in on random comparison graphs)
+        diag = out_rate + n_items * alpha
+        pre = spla.LinearOperator(a.shape, matvec=lambda x: x / diag, dtype=np.float64)
+        sol, info = spla.bicgstab(a, rhs, x0=gamma, rtol=1e-13, atol=0.0, M=pre,
+                                  maxiter=10 * n_items)
+        if info == 0:
+            pi = sol
+    if pi is None:
+        pi = spla.spsolve(a.tocsc(), rhs)
     if not np.all(pi > 0):
         raise ValueError("rankings: the comparison graph is not connected (no unique "
                          "stationary distribution); use alpha > 0")
