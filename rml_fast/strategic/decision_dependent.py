@@ -924,7 +924,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         a, bb = float(lo_g), float(hi_g)
         c, dd = bb - phi * (bb - a), a + phi * (bb - a)
         fc, fd = total(c)[0], total(dd)[0]
-        for _ in range(40):
+        for _ in range(20):  # the bracket shrinks to 0.618**20 ~ 7e-5 of two grid steps
             if bb - a <= p["tol"] * max(1.0, g_hi):
                 break
             if fc <= fd:
