@@ -610,14 +610,18 @@ def exact_interval_sweep(scores: Any, y: Any, *, radius: float = 1.0,
 class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
     """Learner that reveals a set of linear classifiers and realises one (PROPOSED).
 
-    Training (spec section 5.1): (a) smoothed best-response surrogate, full-batch Adam over the
-    anchor ``(w, c)`` (``||w|| = 1``) and the members' offsets for ``epochs`` steps (torch);
-    (b) exact re-evaluation with true max-min best responses; for ``"interval"`` the thresholds
-    come from the exact O(n log n) sweep for the trained ``w`` (:func:`exact_interval_sweep`);
-    (c) the realised ``h*`` is chosen ex post as the member of ``H`` with the best accuracy on the
-    responded training data (sweep over ``b*`` for the interval; best member for finite; best of
-    ``{w0, trained w*}`` for the ball); (d) the full-disclosure solution for the same ``w`` (one
-    member, Hardt et al.) is kept if it is better, so training accuracy is never below it.
+    Training (spec section 5.1): (1) full disclosure first: the smoothed best-response
+    surrogate (full-batch Adam, ``epochs`` steps, torch) for the direction ``w`` (``||w|| = 1``),
+    then the exact O(n log n) threshold sweep for it (:func:`exact_interval_sweep`; this is
+    Hardt et al.'s strategic classifier for that ``w``); (2) for ``"finite"``/``"ball"`` with
+    ``delta > 0``, the surrogate over the anchor and the members' offsets, started from (1);
+    (3) exact re-evaluation with true max-min best responses, the realised ``h*`` chosen ex post
+    as the member of ``H`` with the best accuracy on the responded training data (sweep over
+    ``b*`` for the interval; best member for finite; best of ``{w0, trained w*}`` for the ball);
+    (4) the full-disclosure solution of (1) is kept if it is strictly better, so the training
+    accuracy never falls below full disclosure (and is weakly increasing from ``delta = 0``).
+    For ``"interval"`` step (2) is skipped: for a fixed ``w`` the sweep is exact and interval
+    ambiguity cannot beat full disclosure in this model (see :func:`exact_interval_sweep`).
 
     Disclosure bound (our choice, PROPOSED): ``delta`` is the diameter of ``H`` in the
     ``(w, b)`` parameter space with the anchor normalised to ``||w|| = 1``: interval
@@ -656,7 +660,7 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
     train_accuracy_ : float
         Accuracy of ``h*`` on the responded training data.
     full_disclosure_accuracy_ : float
-        The same for the full-disclosure solution (one member) with the trained direction.
+        The same for the full-disclosure solution of stage (1) (what ``delta=0`` fits).
     n_features_in_ : int
 
     Examples
@@ -749,36 +753,40 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
         if not np.linalg.norm(v0) > 1e-12:
             v0 = np.eye(d)[0]
         w0 = v0 / np.linalg.norm(v0)
-        _, b_fd, _, _ = exact_interval_sweep(X @ w0, y01, radius=r)
-        c_init = b_fd - 0.5 * delta if self.ambiguity == "interval" else b_fd
+        common = dict(K=int(self.K), r=r, epochs=int(self.epochs), lr=float(self.lr),
+                      temp=float(self.temp), rng=rng, progress=bool(self.progress))
+        # stage 1: full disclosure (one classifier; Hardt et al.): surrogate for w, exact b
+        w = w0
         if self.epochs > 0:
-            res = train_surrogate(X, y01, kind=self.ambiguity, delta=delta, K=int(self.K), r=r,
-                                  epochs=int(self.epochs), lr=float(self.lr),
-                                  temp=float(self.temp), rng=rng, progress=bool(self.progress),
-                                  w_init=w0, c_init=c_init)
-            w = res.w
-        else:
-            res, w = None, w0
+            _, b_init, _, _ = exact_interval_sweep(X @ w0, y01, radius=r)
+            w = train_surrogate(X, y01, kind="interval", delta=0.0, w_init=w0, c_init=b_init,
+                                **common).w
         s = X @ w
-        _b_lo_fd, b_hi_fd, _, _acc_fd = exact_interval_sweep(s, y01, radius=r)
+        _, b_fd, _, _ = exact_interval_sweep(s, y01, radius=r)
+        K = int(self.K)
         full: tuple[RevealedSet, tuple[np.ndarray, float]]
         cands: list[tuple[RevealedSet, tuple[np.ndarray, float]]] = []
         if self.ambiguity == "interval":
-            full = (IntervalSet(w, b_hi_fd, b_hi_fd), (w, b_hi_fd))
+            # exact for the stage-1 direction (flat in delta, see exact_interval_sweep)
+            full = (IntervalSet(w, b_fd, b_fd), (w, b_fd))
             b_lo, b_hi, b_star, _ = exact_interval_sweep(s, y01, radius=r, delta=delta)
             cands.append((IntervalSet(w, b_lo, b_hi), (w, b_star)))
         elif self.ambiguity == "finite":
-            full = (FiniteSet(np.tile(w, (int(self.K), 1)), np.full(int(self.K), b_hi_fd)),
-                    (w, b_hi_fd))
-            if res is not None:
-                W = w[None, :] + res.U
-                b = res.c + res.V
-                cands += self._finite_candidates(X, y01, FiniteSet(W, b))
+            full = (FiniteSet(np.tile(w, (K, 1)), np.full(K, b_fd)), (w, b_fd))
+            if self.epochs > 0 and delta > 0:  # stage 2, started from stage 1
+                res = train_surrogate(X, y01, kind="finite", delta=delta, w_init=w, c_init=b_fd,
+                                      **common)
+                H = FiniteSet(res.w[None, :] + res.U, res.c + res.V)
+                cands += self._finite_candidates(X, y01, H)
         else:
-            full = (BallSet(w, b_hi_fd, 0.0), (w, b_hi_fd))
-            if res is not None and delta > 0:
-                H = BallSet(w, res.c, 0.5 * delta)
-                for ws in (w, w + res.U[0]):
+            full = (BallSet(w, b_fd, 0.0), (w, b_fd))
+            if self.epochs > 0 and delta > 0:
+                # start with R_H through the full-disclosure boundary at a typical ||x||
+                c0 = b_fd - 0.5 * delta * float(np.median(np.linalg.norm(X, axis=1)))
+                res = train_surrogate(X, y01, kind="ball", delta=delta, w_init=w, c_init=c0,
+                                      **common)
+                H = BallSet(res.w, res.c, 0.5 * delta)
+                for ws in (res.w, res.w + res.U[0]):
                     cands.append((H, (np.asarray(ws, dtype=np.float64), H.b0)))
         best = full
         best_acc = self._accuracy(X, y01, *full)
