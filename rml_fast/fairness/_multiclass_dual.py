@@ -178,4 +178,7 @@ def lbfgs_dual(eta, R, w, mask, tau, xi, *, lam0=None, max_iter=2000, tol=1e-6) 
                    callback=lambda v: history.append(fun(v)[0]),
                    options={"maxiter": max_iter, "gtol": tol * 1e-2, "ftol": 1e-15,
                             "maxcor": 20})
-    return DualResult(unpack(res.x), int(res.nit), bool(res.success), history)
+    lam = unpack(res.x)
+    _, g = _smooth(eta, R, w, lam, tau)        # g = -E[Phi^T h]: the constraint values, negated
+    kkt = float(np.abs(lam - _soft(lam - g, xi) * mask).max())   # unit-step prox-grad mapping
+    return DualResult(lam, int(res.nit), bool(kkt <= tol), history)
