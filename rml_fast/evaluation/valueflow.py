@@ -893,6 +893,10 @@ class AnchorEvaluator:
         again up to ``max_retries`` times (then raise), or drop the window (a response with no
         window left scores NaN).
     max_retries : int, default=2
+    shuffle : bool, default=False
+        Show the window's texts in a random order (the response is otherwise always first, as
+        in the reference code, which exposes it to a ranker's position bias); the ranker's
+        answer is mapped back to the local ids (0 = response) before scoring.
 
     Examples
     --------
@@ -912,7 +916,7 @@ class AnchorEvaluator:
                  sampling: str = "bucket", definition: str | None = None,
                  prompt_format: str = "default", rng: Any = None, *, value: str | None = None,
                  fixed_ids: Sequence[int] | None = None, on_invalid: str = "raise",
-                 max_retries: int = 2) -> None:
+                 max_retries: int = 2, shuffle: bool = False) -> None:
         if isinstance(anchors_text, str) or not all(isinstance(t, str) for t in anchors_text):
             raise TypeError("anchors_text must be a sequence of str")
         intensity = check_array(anchors_intensity, "anchors_intensity", ndim=1).astype(np.float64)
@@ -954,6 +958,7 @@ class AnchorEvaluator:
         self.prompt_format = prompt_format
         self.value = value
         self.on_invalid = on_invalid
+        self.shuffle = bool(shuffle)
         self._rng = check_rng(rng)
         clamped = np.clip(intensity, _I_MIN, _I_MAX)
         edges = np.linspace(clamped.min(), clamped.max(), self.k)
@@ -1026,10 +1031,12 @@ class AnchorEvaluator:
         for i, resp in enumerate(tqdm(responses, disable=not progress, desc="ranking windows")):
             for w in range(self.m):
                 ids = self.sample_anchors()
-                perm = self._rank([resp] + [self.anchors_text[j] for j in ids])
+                texts = [resp] + [self.anchors_text[j] for j in ids]
+                shown = self._rng.permutation(self.k) if self.shuffle else np.arange(self.k)
+                perm = self._rank([texts[j] for j in shown])
                 if perm is None:
                     continue
-                orders[i, w] = perm
+                orders[i, w] = shown[perm]  # positions shown -> local ids (0 = response)
                 utils[i, w] = self.anchors_intensity[ids]
         return self.score_from_rankings(orders, utils)
 

@@ -208,6 +208,29 @@ def test_perfect_ranker_fixed_anchors_is_monotone():
     assert spearmanr(s, true_r).statistic > 0.95
 
 
+def test_shuffled_windows_map_back_to_the_response():
+    """shuffle=True shows the response at random positions; with fixed anchors and a perfect
+    ranker the scores are those of the unshuffled windows."""
+    anchors = [f"a{i}" for i in range(5)]
+    levels = np.array([-8.0, -4.0, 0.0, 4.0, 8.0])
+    truth = dict(zip(anchors, levels, strict=True))
+    truth.update({"x": 2.0, "y": -9.0, "z": 5.5})
+    seen = []
+
+    def perfect(instruction, ts):
+        seen.append(ts.index("x") if "x" in ts else -1)
+        return sorted(range(len(ts)), key=lambda i: -truth[ts[i]])
+
+    kw = dict(k=6, m=4, sampling="fixed", fixed_ids=range(5), prompt_format="oneshot", rng=3)
+    plain = AnchorEvaluator(anchors, levels, perfect, **kw).score(["x", "y", "z"], progress=False)
+    seen.clear()
+    shuf = AnchorEvaluator(anchors, levels, perfect, shuffle=True, **kw).score(
+        ["x", "y", "z"], progress=False)
+    assert len(set(seen) - {-1}) > 1  # the response was shown at several positions
+    np.testing.assert_allclose(shuf, plain, atol=1e-12)
+    assert plain[1] < -8 and 4 < plain[2] < 8 and 0 < plain[0] < 4
+
+
 def test_score_calls_ranker_and_bucket_sampling():
     """score() builds k-text windows (response first, one anchor per intensity bin), hands the
     ranker the instruction, and scoring the recorded rankings again gives the same scores."""
