@@ -1058,6 +1058,15 @@ class AnchorEvaluator:
         -------
         scores : ndarray of shape (n,), float64 in [-10, 10]; NaN for a response without a
             window.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from rml_fast.evaluation.valueflow import AnchorEvaluator
+        >>> ev = AnchorEvaluator(["a", "b"], [-5.0, 5.0], lambda i, t: list(range(len(t))), k=3)
+        >>> orders = [[[2, 0, 1]], [[0, 2, 1]], [[-1, -1, -1]]]  # between, above all, missing
+        >>> ev.score_from_rankings(orders, [[[-5.0, 5.0]], [[-5.0, 5.0]], [[0.0, 0.0]]]).round(3)
+        array([ 0.,  5., nan])
         """
         o = _check_orders(orders)
         u = np.clip(_check_window_utils(window_utils, o.shape), _I_MIN, _I_MAX)
