@@ -1,4 +1,4 @@
-"""LLM-evaluation methods: the graded response model vs girth (and further families).
+"""LLM-evaluation methods: the graded response model vs girth, LinUCB vs mabwiser.
 
 Cases (one group per family; ``GROUPS`` lists them, each a (cases, body) pair):
 
@@ -9,6 +9,12 @@ Cases (one group per family; ``GROUPS`` lists them, each a (cases, body) pair):
   61-node quadrature, are recorded in the case's ``note`` (``ll_ours``, ``ll_girth``): girth
   approximates the MML solution (its difficulties solve integral equations, discrimination by
   a bounded line search, stop at 1e-3), so ours reaches a log-likelihood at least as high.
+* ``linucb``: :class:`rml_fast.evaluation.bite.LinUCB` (BITE's bandit; d = 384, 10 arms,
+  alpha = lambda = 1, float64) vs mabwiser's ``LinUCB``. ``online``: ``steps`` rounds of one
+  update then one select, the loop of a BITE attack (mabwiser: ``partial_fit`` of one row, then
+  ``predict``); ``batch``: all updates in one call, then select on 100 contexts (mabwiser:
+  ``fit`` then ``predict``). Each timed call starts from a fresh bandit; before timing, both
+  sides' final UCB values are checked to agree (1e-8). ``--quick``: 200 / 2000 steps.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from rml_fast.benchmarking import Suite, import_skip_reason
+from rml_fast.benchmarking import Suite, import_skip_reason, missing_peer
+from rml_fast.evaluation.bite import LinUCB
 from rml_fast.evaluation.irt import GradedResponseModel, _reference_loglik
 
 SUITE = "evaluation"
@@ -78,11 +85,82 @@ def _grm_body(suite: Suite, case: dict[str, Any]) -> None:
     row["ll_girth"] = float(ll_girth)
 
 
+# --------------------------------------------------------------------------- LinUCB
+
+_LINUCB_CASES = [
+    {"method": "linucb", "mode": "online", "steps": 1000, "d": 384, "arms": 10},
+    {"method": "linucb", "mode": "batch", "steps": 10000, "d": 384, "arms": 10},
+]
+_LINUCB_QUICK_CASES = [
+    {"method": "linucb", "mode": "online", "steps": 200, "d": 384, "arms": 10},
+    {"method": "linucb", "mode": "batch", "steps": 2000, "d": 384, "arms": 10},
+]
+
+
+def _linucb_stream(n: int, d: int, k: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n + 100, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return rng.integers(0, k, n), X[:n], rng.standard_normal(n), X[n:]
+
+
+def _linucb_body(suite: Suite, case: dict[str, Any]) -> None:
+    n, d, k, mode = case["steps"], case["d"], case["arms"], case["mode"]
+    peer_name = "mabwiser LinUCB"
+    reason = missing_peer("mabwiser")
+    if reason:
+        suite.skip(case, peer_name=peer_name, reason=reason)
+        return
+    from mabwiser.mab import MAB, LearningPolicy
+
+    arms, X, r, Q = _linucb_stream(n, d, k)
+    arm_list = list(range(k))
+
+    def ours_online() -> LinUCB:
+        bandit = LinUCB(k, d, alpha=1.0, lambda_reg=1.0)
+        for t in range(n):
+            bandit.update(int(arms[t]), X[t], float(r[t]))
+            bandit.select(X[t + 1] if t + 1 < n else Q[0])
+        return bandit
+
+    def peer_online() -> Any:
+        mab = MAB(arm_list, LearningPolicy.LinUCB(alpha=1.0, l2_lambda=1.0))
+        mab.fit(arms[:1], r[:1], X[:1])
+        mab.predict(X[1:2])
+        for t in range(1, n):
+            mab.partial_fit(arms[t : t + 1], r[t : t + 1], X[t : t + 1])
+            mab.predict(X[t + 1 : t + 2] if t + 1 < n else Q[:1])
+        return mab
+
+    def ours_batch() -> LinUCB:
+        bandit = LinUCB(k, d, alpha=1.0, lambda_reg=1.0)
+        bandit.update(arms, X, r)
+        bandit.select(Q)
+        return bandit
+
+    def peer_batch() -> Any:
+        mab = MAB(arm_list, LearningPolicy.LinUCB(alpha=1.0, l2_lambda=1.0))
+        mab.fit(arms, r, X)
+        mab.predict(Q)
+        return mab
+
+    ours, peer = (ours_online, peer_online) if mode == "online" else (ours_batch, peer_batch)
+    # the same work: the final UCB values agree
+    theirs = np.array([[e[a] for a in arm_list] for e in peer().predict_expectations(Q)])
+    np.testing.assert_allclose(ours().ucb(Q), theirs, rtol=1e-8, atol=1e-8)
+    suite.compare(case, ours, peer, peer_name=peer_name)
+
+
+def _linucb_cases(quick: bool) -> list[dict[str, Any]]:
+    return _LINUCB_QUICK_CASES if quick else _LINUCB_CASES
+
+
 # --------------------------------------------------------------------------- the suite
 
 #: (cases(quick) -> list of case dicts, body(suite, case)) per family; add a family here.
 GROUPS: list[tuple[Callable[[bool], list[dict[str, Any]]], Callable[[Suite, dict[str, Any]], None]]] = [
     (_grm_cases, _grm_body),
+    (_linucb_cases, _linucb_body),
 ]
 
 

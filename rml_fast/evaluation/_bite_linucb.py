@@ -6,9 +6,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numba
 import numpy as np
 import scipy.linalg
-from scipy.linalg.blas import dger, dsymv, dsyrk
+from scipy.linalg.blas import dsyrk
 from scipy.linalg.lapack import dpotrf, dpotri
 
 from rml_fast._validation import Interval, check_array, check_scalar
@@ -22,6 +23,56 @@ _VAR_FLOOR = 1e-18
 # --------------------------------------------------------------------------------------------
 # LinUCB
 # --------------------------------------------------------------------------------------------
+
+
+# One context at a time, the work is O(K d^2) on matrices that stay in cache: serial numba
+# loops, not BLAS, whose thread pool costs more than the arithmetic at this size (and far more
+# on a loaded machine, where a woken BLAS thread may wait for a core).
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _quad_one(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """``x^T A_k^{-1} x`` for every arm ``k``: (K, d, d), (d,) -> (K,)."""
+    K, d = A_inv.shape[0], x.shape[0]
+    out = np.empty(K)
+    for k in range(K):
+        acc = 0.0
+        for i in range(d):
+            row = 0.0
+            for j in range(d):
+                row += A_inv[k, i, j] * x[j]
+            acc += row * x[i]
+        out[k] = acc
+    return out
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True)
+def _sherman_morrison(
+    A: np.ndarray, A_inv: np.ndarray, x: np.ndarray, eps: float
+) -> tuple[np.ndarray, float]:  # pragma: no cover - numba
+    """``A += x x^T``; ``A^{-1} -= z z^T / (1 + x^T z)`` with ``z = A^{-1} x`` unless the
+    denominator is ``<= eps`` or not finite (then ``A^{-1}`` is left for the caller to
+    refactorise). Returns ``(z, 1 + x^T z)``."""
+    d = x.shape[0]
+    z = np.empty(d)
+    for i in range(d):
+        acc = 0.0
+        for j in range(d):
+            acc += A_inv[i, j] * x[j]
+        z[i] = acc
+    den = 1.0
+    for i in range(d):
+        den += x[i] * z[i]
+    for i in range(d):
+        for j in range(d):
+            A[i, j] += x[i] * x[j]
+    if den > eps and np.isfinite(den):
+        scale = 1.0 / den
+        for i in range(d):
+            zi = z[i] * scale
+            for j in range(d):
+                A_inv[i, j] -= zi * z[j]
+    return z, den
 
 
 def _symmetric(upper: np.ndarray) -> np.ndarray:
@@ -53,15 +104,9 @@ class _Policy:
         self.n_pulls = np.zeros(n_arms, dtype=np.int64)
 
     def rank_one(self, a: int, x: np.ndarray, r: float) -> None:
-        A_inv = self.A_inv[a]
-        z = A_inv @ x
-        den = 1.0 + float(x @ z)
-        # A and A_inv are C-contiguous and symmetric, so their transposes are Fortran views that
-        # BLAS dger updates in place (no d x d temporary).
-        dger(1.0, x, x, a=self.A[a].T, overwrite_a=1)
+        z, den = _sherman_morrison(self.A[a], self.A_inv[a], np.ascontiguousarray(x), _SM_EPS)
         self.b[a] += r * x
         if den > _SM_EPS and math.isfinite(den):
-            dger(-1.0 / den, z, z, a=A_inv.T, overwrite_a=1)
             # theta' = (A^-1 - z z^T / den)(b + r x) = theta + z (r - z^T b' / den): O(d)
             self.theta[a] += (r - float(z @ self.b[a]) / den) * z
         else:  # Sherman-Morrison breakdown: refactorise
@@ -186,9 +231,8 @@ class LinUCB:
             quad = np.repeat((np.einsum("nd,nd->n", X, X) / self.lambda_reg)[:, None], K, 1)
             mean = np.zeros((n, K))
         else:
-            if n == 1:  # K symmetric mat-vecs read half of each A^-1 (memory bound)
-                x = np.ascontiguousarray(X[0])
-                quad = np.array([[x @ dsymv(1.0, p.A_inv[k].T, x) for k in range(K)]])
+            if n == 1:  # K mat-vecs, serial (see _quad_one)
+                quad = _quad_one(p.A_inv, np.ascontiguousarray(X[0]))[None, :]
             else:  # (K d, d) @ (d, n): one GEMM for all arms and contexts
                 XA = (p.A_inv.reshape(K * d, d) @ X.T).reshape(K, d, n)
                 quad = np.einsum("kdn,nd->nk", XA, X)
