@@ -14,18 +14,23 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True)
-def best_threshold(s, y, lo, hi):  # pragma: no cover - compiled
+def best_threshold(s, y, lo, hi):
     """Best closed threshold ``t in [lo, hi]`` for ``1[s >= t]`` against 0/1 labels ``y``.
 
     Returns ``(t, n_correct)``. The accepted set ``{s >= t}`` changes only at data values, so the
     candidates are ``lo`` and every data value in ``(lo, hi]`` (placed at the midpoint to the
     previous distinct value, clipped to ``[lo, hi]``) and ``hi``; ties keep the largest ``t``.
+    NumPy sorts (O(n log n)); the scan over the sorted scores is compiled (O(n)).
     """
-    n = s.shape[0]
-    order = np.argsort(s, kind="mergesort")
-    ss = s[order]
-    yy = y[order]
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    order = np.argsort(s)
+    return _best_threshold_sorted(s[order], np.ascontiguousarray(y, dtype=np.int64)[order],
+                                  float(lo), float(hi))
+
+
+@numba.njit(cache=True)
+def _best_threshold_sorted(ss, yy, lo, hi):  # pragma: no cover - compiled
+    n = ss.shape[0]
     n_pos = 0
     for i in range(n):
         n_pos += yy[i]
