@@ -190,7 +190,8 @@ def _flat_lambda(lam: np.ndarray, mask: np.ndarray, constraint: str, K: int, G: 
 
 
 def _solve_dual(eta, R, w, mask, tau, xi, *, solver, max_iter, tol):
-    """FISTA: continuation in ``tau`` (0.1 down by 5x, warm-started); L-BFGS-B: one solve."""
+    """FISTA: continuation in ``tau`` (0.1 down by 5x, warm-started); L-BFGS-B: one solve,
+    polished by FISTA if it stalls before the KKT tolerance."""
     taus = []
     t = 0.1
     while solver == "fista" and t > tau * 1.5:
@@ -206,6 +207,12 @@ def _solve_dual(eta, R, w, mask, tau, xi, *, solver, max_iter, tol):
         for t in taus:
             res = solve(eta, R, w, mask, t, xi, lam0=lam, max_iter=max_iter, tol=tol)
             lam, total = res.lam, total + res.n_iter
+        if not res.converged and solver == "lbfgs":
+            # L-BFGS-B can stall at a kink of the l1 term (its line search stops on the
+            # objective); FISTA's proximal steps finish the job from there
+            polish = fista_dual(eta, R, w, mask, tau, xi, lam0=lam, max_iter=max_iter, tol=tol)
+            polish.history = res.history + polish.history[1:]
+            res, total = polish, total + polish.n_iter
     res.n_iter = total
     return res
 
@@ -441,7 +448,8 @@ class OptFairPostProcessor(ClassifierMixin, BaseEstimator):
 
     ``D(lambda) = tau mean_i logsumexp((eta_hat_i - Phi_i lambda)/tau) + xi ||lambda||_1``
 
-    is minimised by L-BFGS-B on the split ``lambda = P - N`` (``solver="lbfgs"``) or by the
+    is minimised by L-BFGS-B on the split ``lambda = P - N`` (``solver="lbfgs"``; polished by
+    FISTA where it stalls at a kink of the l1 term) or by the
     spec's monotone FISTA with restart (``solver="fista"``, warm-started along a continuation in
     ``tau`` from 0.1 down). Prediction: ``h(x) = softmax((eta_hat(x) - Phi(x) lambda)/tau)``
     (``predict_proba``), label ``argmax h`` (or a draw from ``h`` with ``randomized=True``).
