@@ -73,6 +73,12 @@ def _best_threshold_sorted(ss, yy, lo, hi):  # pragma: no cover - compiled
             else:
                 neg_before += 1
             i += 1
+    # candidate: reject everyone (a threshold above every score)
+    if hi == np.inf and n > 0:
+        correct = n - n_pos
+        if correct >= best_correct:
+            best_correct = correct
+            best_t = ss[n - 1] + 1.0
     # candidate t = hi (accept from the first value >= hi)
     if hi < np.inf:
         k = 0

@@ -555,7 +555,7 @@ def exact_interval_sweep(scores: Any, y: Any, *, radius: float = 1.0,
     ``[b_hi - delta, b_hi]``, a user is accepted by the realised ``b*`` iff ``s > b_hi - r``
     (moves to ``b_hi`` or is already in ``R_H``) or ``s >= b*``. Every accepted set is a suffix of
     the sorted scores, so the optimum over ``(b_hi, b*)`` is the best threshold; the sweep
-    (sort + one pass, O(n log n), numba) returns it with ``b_hi = t + r`` and the ex post best
+    (NumPy sort + one compiled pass, O(n log n)) returns it with ``b_hi = t + r`` and the ex post best
     ``b*`` in the interval. Consequence (for this homogeneous-cost model): interval ambiguity
     never beats full disclosure for a fixed ``w`` -- the optimum is flat in ``delta``.
 
