@@ -776,8 +776,8 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
             if self.epochs > 0 and delta > 0:  # stage 2, started from stage 1
                 res = train_surrogate(X, y01, kind="finite", delta=delta, w_init=w, c_init=b_fd,
                                       **common)
-                H = FiniteSet(res.w[None, :] + res.U, res.c + res.V)
-                cands += self._finite_candidates(X, y01, H)
+                Hf = FiniteSet(res.w[None, :] + res.U, res.c + res.V)
+                cands += self._finite_candidates(X, y01, Hf)
         else:
             full = (BallSet(w, b_fd, 0.0), (w, b_fd))
             if self.epochs > 0 and delta > 0:
@@ -785,20 +785,21 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
                 c0 = b_fd - 0.5 * delta * float(np.median(np.linalg.norm(X, axis=1)))
                 res = train_surrogate(X, y01, kind="ball", delta=delta, w_init=w, c_init=c0,
                                       **common)
-                H = BallSet(res.w, res.c, 0.5 * delta)
+                Hb = BallSet(res.w, res.c, 0.5 * delta)
                 for ws in (res.w, res.w + res.U[0]):
-                    cands.append((H, (np.asarray(ws, dtype=np.float64), H.b0)))
-        best = full
+                    cands.append((Hb, (np.asarray(ws, dtype=np.float64), Hb.b0)))
+        best: tuple[RevealedSet, tuple[np.ndarray, float]] = full
         best_acc = self._accuracy(X, y01, *full)
         self.full_disclosure_accuracy_ = best_acc
-        for H, real in cands:
+        for Hc, real in cands:
             try:
-                acc = self._accuracy(X, y01, H, real)
+                acc = self._accuracy(X, y01, Hc, real)
             except InfeasibleRevealedSetError:
                 continue
             if acc >= best_acc:  # ties: reveal the ambiguous set that was asked for
-                best, best_acc = (H, real), acc
-        self.revealed_set_, self.realized_ = best
+                best, best_acc = (Hc, real), acc
+        self.revealed_set_: RevealedSet = best[0]
+        self.realized_: tuple[np.ndarray, float] = best[1]
         self.train_accuracy_ = best_acc
         return self
 
