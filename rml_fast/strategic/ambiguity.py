@@ -776,8 +776,9 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
             if self.epochs > 0 and delta > 0:  # stage 2, started from stage 1
                 res = train_surrogate(X, y01, kind="finite", delta=delta, w_init=w, c_init=b_fd,
                                       **common)
-                Hf = FiniteSet(res.w[None, :] + res.U, res.c + res.V)
-                cands += self._finite_candidates(X, y01, Hf)
+                Wf = res.w[None, :] + res.U
+                if np.all(np.linalg.norm(Wf, axis=1) > 1e-12):  # a zero member is no classifier
+                    cands += self._finite_candidates(X, y01, FiniteSet(Wf, res.c + res.V))
         else:
             full = (BallSet(w, b_fd, 0.0), (w, b_fd))
             if self.epochs > 0 and delta > 0:
