@@ -47,6 +47,7 @@ __all__ = [
     "InfeasibleError",
     "OptFairInProcessing",
     "OptFairPostProcessor",
+    "OptFairReduction",
     "disparity",
     "exact_fair_lp",
     "fairness_frontier",
@@ -980,3 +981,240 @@ class OptFairInProcessing(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "lambda_")
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+
+# --- reductions route (Agarwal et al. 2018) -----------------------------------------------------
+
+
+class OptFairReduction(ClassifierMixin, BaseEstimator):
+    """In-processing for any scikit-learn learner: exponentiated gradient over cost-sensitive fits.
+
+    The reductions route of Agarwal et al. (2018), in the multi-class form of the OptFair spec
+    (PROPOSED). The Lagrangian ``L(h, lambda) = err(h) + sum_c lambda_c g_c(h) - xi ||lambda||_1``
+    over randomised classifiers ``h`` (mixtures of ``estimator`` fits), with the label-based
+    empirical constraints ``g_c(h) = mean_i <h(x_i), gamma_c(a_i, y_i)>`` of
+    :class:`OptFairInProcessing`, is solved by alternating
+
+    * the best response of the learner to ``lambda``: the cost-sensitive problem
+      ``min_h sum_i c_{i, h(x_i)}`` with ``c_i = -e_{y_i} + Gamma_i lambda``, reduced to a
+      weighted classification with label ``argmin_k c_ik`` and weight ``mean_{k != z} c_ik -
+      min_k c_ik`` (exact for ``K = 2``; a surrogate for ``K > 2``);
+    * an exponentiated-gradient step on ``lambda = B (w_+ - w_-)``, ``w`` on the simplex
+      with a slack coordinate, driven by ``g_c - xi`` (and ``-g_c - xi``).
+
+    As in fairlearn's ``ExponentiatedGradient``, the final randomised classifier is the most
+    accurate mixture of the collected best responses (plus the ``K`` constant classifiers, which
+    keep it feasible) that meets the constraints, found by a small LP (scipy HiGHS):
+    ``predict_proba`` is the mixture's class probabilities, ``predict`` a seeded draw from it
+    (``randomized=True``) or its argmax.
+
+    Parameters
+    ----------
+    estimator : sklearn classifier accepting ``sample_weight``, or None
+        None means ``LogisticRegression(max_iter=1000)``.
+    constraint : {"dp", "eop", "eo"}, default="dp"
+    xi : float >= 0, default=0.05
+    bound : float > 0 or None, default=None
+        ``B``, the bound on ``||lambda||_1``; None means ``1 / max(xi, 0.01)``.
+    eta : float > 0, default=2.0
+        Exponentiated-gradient step.
+    max_iter : int, default=30
+    randomized : bool, default=False
+    random_state : int or None, default=None
+
+    Attributes
+    ----------
+    estimators_ : list of fitted estimators (the mixture's support)
+    weights_ : ndarray of shape (len(estimators_),)
+        The mixture weights.
+    lambda_ : ndarray of shape (C,)
+        The average multipliers.
+    constraint_values_ : ndarray of shape (C,)
+        ``g_c`` of the mixture on the training set.
+    n_iter_ : int
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> a = rng.integers(0, 2, 2000)
+    >>> X = np.column_stack([rng.normal(size=2000) + a, rng.normal(size=2000)])
+    >>> y = (X[:, 0] + 0.5 * rng.normal(size=2000) > 0.5).astype(int)
+    >>> red = OptFairReduction(xi=0.02, max_iter=20).fit(X, y, a)
+    >>> plain = OptFairReduction().fit(X, y)
+    >>> bool(disparity(red.predict_proba(X), y, a) < disparity(plain.predict(X), y, a))
+    True
+    """
+
+    def __init__(self, estimator=None, *, constraint="dp", xi=0.05, bound=None, eta=2.0,
+                 max_iter=30, randomized=False, random_state=None):
+        self.estimator = estimator
+        self.constraint = constraint
+        self.xi = xi
+        self.bound = bound
+        self.eta = eta
+        self.max_iter = max_iter
+        self.randomized = randomized
+        self.random_state = random_state
+
+    def fit(self, X, y, sensitive_features=None):
+        """Run exponentiated gradient against cost-sensitive fits of ``estimator``.
+
+        Parameters
+        ----------
+        X : array of shape (n, d)
+        y : array of shape (n,)
+        sensitive_features : array of shape (n,), optional
+            Group labels (>= 2 groups); None fits the plain ``estimator`` once.
+
+        Returns
+        -------
+        self
+        """
+        _check_constraint(self.constraint)
+        xi = _check_xi(self.xi)
+        check_scalar(self.eta, "eta", Interval("real", 0, None, closed="neither"))
+        check_scalar(self.max_iter, "max_iter", Interval("int", 1, None))
+        if self.bound is not None:
+            check_scalar(self.bound, "bound", Interval("real", 0, None, closed="neither"))
+        X, y = validate_data(self, X, y)
+        check_classification_targets(y)
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        K = self.classes_.size
+        if K < 2:
+            raise ValueError("y has one class (a single label); a classifier needs at least 2 "
+                             "classes")
+        n = X.shape[0]
+        base = self.estimator if self.estimator is not None else _default_estimator()
+        if sensitive_features is None:
+            self.estimators_ = [clone(base).fit(X, y_idx)]
+            self.weights_ = np.ones(1)
+            self.lambda_ = np.zeros(0)
+            self.constraint_values_ = np.zeros(0)
+            self.n_iter_ = 1
+            return self
+        groups, codes = _factorize(sensitive_features, "sensitive_features")
+        if codes.shape[0] != n:
+            raise ValueError(f"sensitive_features must have shape ({n},), got {codes.shape}")
+        G = groups.size
+        self.groups_ = groups
+        w = np.full(n, 1.0 / n)
+        Y1 = np.eye(K)[y_idx]
+        A1 = np.eye(G)[codes]
+        gp = A1 if self.constraint == "dp" else A1[:, :, None] * Y1[:, None, :]
+        R, mask = _features(Y1, gp, self.constraint, _marginals(Y1, gp, self.constraint, w))
+        idx = np.flatnonzero(mask.ravel())
+        C = idx.size
+        B = float(self.bound) if self.bound is not None else 1.0 / max(xi, 0.01)
+        theta = np.zeros(2 * C)
+        estimators, lams, preds = [], [], []
+        for _ in range(int(self.max_iter)):
+            e = np.exp(theta - theta.max())
+            wts = e / (e.sum() + np.exp(-theta.max()))          # simplex with a slack coordinate
+            lam_flat = B * (wts[:C] - wts[C:])
+            lam = np.zeros(K * R.shape[1])
+            lam[idx] = lam_flat
+            lam = lam.reshape(K, -1)
+            cost = -Y1 + R @ lam.T                                # (n, K)
+            z = cost.argmin(axis=1)
+            gap = (cost.sum(axis=1) - cost.min(axis=1) * K) / (K - 1)
+            if np.unique(z).size < 2:
+                est = _Constant(K, int(z[0]))
+            else:
+                est = clone(base).fit(X, z, sample_weight=gap + 1e-12)
+            Hh = np.zeros((n, K))
+            Hh[np.arange(n), _predict_index(est, X, K)] = 1.0
+            g = ((Hh * w[:, None]).T @ R).ravel()[idx]
+            theta[:C] += float(self.eta) * (g - xi)
+            theta[C:] += float(self.eta) * (-g - xi)
+            estimators.append(est)
+            lams.append(lam_flat)
+            preds.append(Hh)
+        # the constant classifiers have zero disparity: with them the mixture LP is feasible
+        for k in range(K):
+            const = np.zeros((n, K))
+            const[:, k] = 1.0
+            estimators.append(_Constant(K, k))
+            preds.append(const)
+        q = _best_mixture(preds, Y1, R, mask, w, xi)
+        keep = np.flatnonzero(q > 1e-9)
+        self.estimators_ = [estimators[t] for t in keep]
+        self.weights_ = q[keep] / q[keep].sum()
+        H = sum(wt * preds[t] for wt, t in zip(self.weights_, keep, strict=True))
+        self.n_iter_ = int(self.max_iter)
+        lam_mean = np.mean(lams, axis=0)
+        full = np.zeros(K * R.shape[1])
+        full[idx] = lam_mean
+        self.lambda_ = _flat_lambda(full.reshape(K, -1), mask, self.constraint, K, G)
+        gv = (H * w[:, None]).T @ R
+        self.constraint_values_ = _flat_lambda(gv, mask, self.constraint, K, G)
+        return self
+
+    def predict_proba(self, X):
+        """Class frequencies of the mixture of best responses, shape (n, K), float64.
+
+        Parameters
+        ----------
+        X : array of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n, K)
+        """
+        check_is_fitted(self, "estimators_")
+        X = validate_data(self, X, reset=False)
+        K = self.classes_.size
+        H = np.zeros((X.shape[0], K))
+        for wt, est in zip(self.weights_, self.estimators_, strict=True):
+            H[np.arange(X.shape[0]), _predict_index(est, X, K)] += wt
+        return H
+
+    def predict(self, X):
+        """Labels: a seeded draw from the mixture (``randomized``) or its most frequent class.
+
+        Parameters
+        ----------
+        X : array of shape (n, d)
+
+        Returns
+        -------
+        ndarray of shape (n,)
+        """
+        check_is_fitted(self, "estimators_")
+        H = self.predict_proba(X)
+        if self.randomized:
+            u = check_rng(self.random_state, "random_state").random(H.shape[0])
+            idx = np.minimum((np.cumsum(H, axis=1) < u[:, None]).sum(axis=1), H.shape[1] - 1)
+        else:
+            idx = H.argmax(axis=1)
+        return self.classes_[idx]
+
+
+def _best_mixture(preds, Y1, R, mask, w, xi) -> np.ndarray:
+    """Mixture weights q on the simplex: min error s.t. |sum_t q_t g(h_t)| <= xi (an LP)."""
+    from scipy.optimize import linprog
+
+    err = np.array([1.0 - float(w @ (P * Y1).sum(axis=1)) for P in preds])
+    Gm = np.array([((P * w[:, None]).T @ R)[mask] for P in preds]).T     # (C, T)
+    T = len(preds)
+    res = linprog(err, A_ub=np.vstack([Gm, -Gm]), b_ub=np.full(2 * Gm.shape[0], xi),
+                  A_eq=np.ones((1, T)), b_eq=[1.0], bounds=[(0, None)] * T, method="highs")
+    if res.status == 2:
+        raise InfeasibleError("the mixture LP of OptFairReduction is infeasible")
+    if res.status != 0:
+        raise RuntimeError(f"the mixture LP of OptFairReduction failed: {res.message}")
+    return np.clip(res.x, 0.0, None)
+
+
+class _Constant:
+    """A best response that predicts one class everywhere."""
+
+    def __init__(self, K: int, k: int):
+        self.classes_ = np.arange(K)
+        self.k = k
+
+    def predict(self, X):
+        return np.full(np.asarray(X).shape[0], self.k, dtype=np.int64)
+
+
+def _predict_index(est, X, K) -> np.ndarray:
+    return np.asarray(est.predict(X), dtype=np.int64)
