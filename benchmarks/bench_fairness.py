@@ -13,6 +13,10 @@ e.g. exact coalition enumeration vs a plain-Python loop, is one more entry):
   (:func:`~rml_fast.fairness.multiclass.exact_fair_lp`, cvxpy + Clarabel), DP at ``xi = 0.02``;
   n = 1e4 (``--quick``: 2000). The note gives both accuracies (ours is within ``tau log K`` of
   the LP by construction).
+* ``optfair-reduction``: the reductions route for a scikit-learn learner (logistic regression),
+  binary DP at ``xi = 0.02``: :class:`~rml_fast.fairness.multiclass.OptFairReduction` vs
+  ``fairlearn.reductions.ExponentiatedGradient``, fit + predict_proba; n in {5000, 20000}
+  (``--quick``: 5000).
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from typing import Any
 import numpy as np
 
 from rml_fast.benchmarking import Suite, missing_peer
-from rml_fast.fairness.multiclass import OptFairPostProcessor, disparity, exact_fair_lp
+from rml_fast.fairness.multiclass import (
+    OptFairPostProcessor,
+    OptFairReduction,
+    disparity,
+    exact_fair_lp,
+)
 
 SUITE = "fairness"
 
@@ -106,11 +115,47 @@ def _multiclass_body(suite: Suite, case: dict[str, Any]) -> None:
     suite.compare(case, ours, peer, peer_name="cvxpy LP (Clarabel)", note=note)
 
 
+def _reduction_cases(quick: bool) -> list[dict[str, Any]]:
+    return [{"family": "optfair-reduction", "n": n} for n in ([5000] if quick else [5000, 20000])]
+
+
+def _reduction_body(suite: Suite, case: dict[str, Any]) -> None:
+    peer_name = "fairlearn ExponentiatedGradient"
+    reason = missing_peer("fairlearn")
+    if reason:
+        suite.skip(case, peer_name=peer_name, reason=reason)
+        return
+    from fairlearn.reductions import DemographicParity, ExponentiatedGradient
+    from sklearn.linear_model import LogisticRegression
+
+    X, y, a, _ = _data(case["n"], 2, seed=2)
+    xi = 0.02
+
+    def ours():
+        return OptFairReduction(xi=xi).fit(X, y, a).predict_proba(X)
+
+    def peer():
+        eg = ExponentiatedGradient(LogisticRegression(max_iter=1000),
+                                   DemographicParity(difference_bound=xi))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            eg.fit(X, y, sensitive_features=a)
+            return eg._pmf_predict(X)
+
+    Ho, Hp = ours(), peer()
+    idx = np.arange(len(y))
+    note = (f"expected acc ours {Ho[idx, y].mean():.4f} / fairlearn {Hp[idx, y].mean():.4f}; "
+            f"DP disparity ours {disparity(Ho, y, a):.4f} / fairlearn {disparity(Hp, y, a):.4f}"
+            f" (xi={xi}, LogisticRegression learner; ours 30 EG rounds, fairlearn's defaults)")
+    suite.compare(case, ours, peer, peer_name=peer_name, note=note)
+
+
 #: family name -> (cases for quick/full, body); add a family by adding an entry
 FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]],
                           Callable[[Suite, dict[str, Any]], None]]] = {
     "optfair-binary": (_binary_cases, _binary_body),
     "optfair-multiclass": (_multiclass_cases, _multiclass_body),
+    "optfair-reduction": (_reduction_cases, _reduction_body),
 }
 
 

@@ -193,6 +193,19 @@ def test_twenty_cells_match_the_exact_lp(constraint):
         assert np.abs(est.constraint_values_).max() <= xi + 1e-4
 
 
+def test_integer_sample_weights_equal_repeated_rows():
+    """Weight 2 on a row is the same empirical dual as the row twice: the same classifier."""
+    _, eta, y, a = _multiclass(n=600, seed=12)
+    wts = np.random.default_rng(0).integers(1, 3, 600)
+    rep = np.repeat(np.arange(600), wts)
+    e1 = OptFairPostProcessor("passthrough", constraint="eop", xi=0.01, tau=0.05)
+    e2 = OptFairPostProcessor("passthrough", constraint="eop", xi=0.01, tau=0.05)
+    H1 = e1.fit(eta, y, a, sample_weight=wts).predict_proba(eta, a)
+    H2 = e2.fit(eta[rep], y[rep], a[rep]).predict_proba(eta, a)
+    np.testing.assert_allclose(H1, H2, atol=1e-3)
+    np.testing.assert_allclose(e1.constraint_values_, e2.constraint_values_, atol=1e-5)
+
+
 def test_frontier_is_monotone_and_feasible():
     """Accuracy grows with xi, each point is within its xi, xi=1 is the base classifier."""
     _, eta, y, a = _multiclass(n=2000, seed=6)
