@@ -160,12 +160,16 @@ def _features(eta, group_proba, constraint, marg):
         p = group_proba if group_proba.ndim == 2 else group_proba.sum(axis=2)
         R = p / marg["pi_a"] - 1.0
         mask = np.ones((K, R.shape[1]), dtype=bool)
+        if K == 2:          # h_1 = 1 - h_0 and E[R] = 0: the j = 1 constraints repeat j = 0
+            mask[1] = False
         return R, mask
     q = _joint(eta, group_proba)
     G = q.shape[1]
     R = (q / marg["pi_ak"][None] - (eta / marg["pi_k"])[:, None, :]).reshape(-1, G * K)
     if constraint == "eo":
         mask = np.ones((K, G * K), dtype=bool)
+        if K == 2:          # as for dp: the j = 1 constraints repeat j = 0 with the sign flipped
+            mask[1] = False
     else:  # eop: (j, (a, k)) active iff j == k
         mask = np.zeros((K, G * K), dtype=bool)
         for a in range(G):
