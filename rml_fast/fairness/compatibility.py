@@ -138,7 +138,7 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
                 metrics: Sequence[str | Callable[..., float]] = DEFAULT_METRICS, *,
                 players: Sequence[Sequence[int]] | None = None,
                 masking: str = "interventional", background: Any = None,
-                n_background: int = 64, random_state: Any = None, chunk_rows: int = 1 << 18,
+                n_background: int = 64, random_state: Any = None, chunk_rows: int = 1 << 16,
                 progress: bool = True) -> MetricGame:
     """Build the metric game ``v_m(S)`` of a fitted binary classifier (PROPOSED, spec §3.1).
 
@@ -180,7 +180,7 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
     n_background : int, default=64
     random_state : None, int or numpy.random.Generator
         Draws the background rows.
-    chunk_rows : int, default=2**18
+    chunk_rows : int, default=2**16
         Most rows passed to ``model`` in one call.
     progress : bool, default=True
         Show a tqdm bar over the chunks.
@@ -252,7 +252,7 @@ def coalition_values(model: Any, X: Any, y: Any, sensitive: Any,
                      players: Sequence[Sequence[int]] | None = None, *,
                      masking: str = "interventional", background: Any = None,
                      n_background: int = 64, random_state: Any = None,
-                     chunk_rows: int = 1 << 18, progress: bool = True) -> np.ndarray:
+                     chunk_rows: int = 1 << 16, progress: bool = True) -> np.ndarray:
     """Metric values of all ``2**d`` coalitions, ``V[m, S] = v_m(S)`` (PROPOSED, spec §3.1).
 
     Parameters are those of :func:`metric_game`; ``d = len(players)`` must be at most
