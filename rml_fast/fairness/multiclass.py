@@ -1008,7 +1008,8 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
 
     As in fairlearn's ``ExponentiatedGradient``, the final randomised classifier is the most
     accurate mixture of the collected best responses (plus the ``K`` constant classifiers, which
-    keep it feasible) that meets the constraints, found by a small LP (scipy HiGHS):
+    keep it feasible) that meets the constraints, found by a small LP (scipy HiGHS), enlarged by
+    column generation (best responses at the LP's dual prices, as fairlearn does too):
     ``predict_proba`` is the mixture's class probabilities, ``predict`` a seeded draw from it
     (``randomized=True``) or its argmax.
 
@@ -1023,6 +1024,10 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
     eta : float > 0, default=2.0
         Exponentiated-gradient step.
     max_iter : int, default=30
+        Exponentiated-gradient rounds (one learner fit each).
+    refine_iter : int, default=10
+        Column-generation rounds after them: a best response at the mixture LP's dual prices
+        is added until it repeats one already in the pool (one learner fit each).
     randomized : bool, default=False
     random_state : int or None, default=None
 
@@ -1032,7 +1037,7 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
     weights_ : ndarray of shape (len(estimators_),)
         The mixture weights.
     lambda_ : ndarray of shape (C,)
-        The average multipliers.
+        The constraints' prices at the final mixture (the LP's duals).
     constraint_values_ : ndarray of shape (C,)
         ``g_c`` of the mixture on the training set.
     n_iter_ : int
@@ -1050,8 +1055,9 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, estimator=None, *, constraint="dp", xi=0.05, bound=None, eta=2.0,
-                 max_iter=30, randomized=False, random_state=None):
+                 max_iter=30, refine_iter=10, randomized=False, random_state=None):
         self.estimator = estimator
+        self.refine_iter = refine_iter
         self.constraint = constraint
         self.xi = xi
         self.bound = bound
@@ -1078,6 +1084,7 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         xi = _check_xi(self.xi)
         check_scalar(self.eta, "eta", Interval("real", 0, None, closed="neither"))
         check_scalar(self.max_iter, "max_iter", Interval("int", 1, None))
+        check_scalar(self.refine_iter, "refine_iter", Interval("int", 0, None))
         if self.bound is not None:
             check_scalar(self.bound, "bound", Interval("real", 0, None, closed="neither"))
         X, y = validate_data(self, X, y)
@@ -1111,14 +1118,10 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         B = float(self.bound) if self.bound is not None else 1.0 / max(xi, 0.01)
         theta = np.zeros(2 * C)
         estimators, lams, preds = [], [], []
-        for _ in range(int(self.max_iter)):
-            e = np.exp(theta - theta.max())
-            wts = e / (e.sum() + np.exp(-theta.max()))          # simplex with a slack coordinate
-            lam_flat = B * (wts[:C] - wts[C:])
+        def best_response(lam_flat):
             lam = np.zeros(K * R.shape[1])
             lam[idx] = lam_flat
-            lam = lam.reshape(K, -1)
-            cost = -Y1 + R @ lam.T                                # (n, K)
+            cost = -Y1 + R @ lam.reshape(K, -1).T                 # (n, K)
             z = cost.argmin(axis=1)
             gap = (cost.sum(axis=1) - cost.min(axis=1) * K) / (K - 1)
             if np.unique(z).size < 2:
@@ -1127,27 +1130,41 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
                 est = clone(base).fit(X, z, sample_weight=gap + 1e-12)
             Hh = np.zeros((n, K))
             Hh[np.arange(n), _predict_index(est, X, K)] = 1.0
-            g = ((Hh * w[:, None]).T @ R).ravel()[idx]
-            theta[:C] += float(self.eta) * (g - xi)
-            theta[C:] += float(self.eta) * (-g - xi)
-            estimators.append(est)
-            lams.append(lam_flat)
-            preds.append(Hh)
+            return est, Hh
+
         # the constant classifiers have zero disparity: with them the mixture LP is feasible
         for k in range(K):
             const = np.zeros((n, K))
             const[:, k] = 1.0
             estimators.append(_Constant(K, k))
             preds.append(const)
-        q = _best_mixture(preds, Y1, R, mask, w, xi)
+        for _ in range(int(self.max_iter)):
+            e = np.exp(theta - theta.max())
+            wts = e / (e.sum() + np.exp(-theta.max()))          # simplex with a slack coordinate
+            lam_flat = B * (wts[:C] - wts[C:])
+            est, Hh = best_response(lam_flat)
+            g = ((Hh * w[:, None]).T @ R).ravel()[idx]
+            theta[:C] += float(self.eta) * (g - xi)
+            theta[C:] += float(self.eta) * (-g - xi)
+            estimators.append(est)
+            lams.append(lam_flat)
+            preds.append(Hh)
+        # column generation: best responses at the mixture LP's dual prices, until none helps
+        for _ in range(int(self.refine_iter)):
+            q, lam_lp = _best_mixture(preds, Y1, R, mask, w, xi)
+            est, Hh = best_response(lam_lp)
+            if any(np.array_equal(Hh, P) for P in preds):
+                break
+            estimators.append(est)
+            preds.append(Hh)
+        q, lam_final = _best_mixture(preds, Y1, R, mask, w, xi)
         keep = np.flatnonzero(q > 1e-9)
         self.estimators_ = [estimators[t] for t in keep]
         self.weights_ = q[keep] / q[keep].sum()
         H = sum(wt * preds[t] for wt, t in zip(self.weights_, keep, strict=True))
         self.n_iter_ = int(self.max_iter)
-        lam_mean = np.mean(lams, axis=0)
         full = np.zeros(K * R.shape[1])
-        full[idx] = lam_mean
+        full[idx] = lam_final
         self.lambda_ = _flat_lambda(full.reshape(K, -1), mask, self.constraint, K, G)
         gv = (H * w[:, None]).T @ R
         self.constraint_values_ = _flat_lambda(gv, mask, self.constraint, K, G)
@@ -1193,8 +1210,9 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         return self.classes_[idx]
 
 
-def _best_mixture(preds, Y1, R, mask, w, xi) -> np.ndarray:
-    """Mixture weights q on the simplex: min error s.t. |sum_t q_t g(h_t)| <= xi (an LP)."""
+def _best_mixture(preds, Y1, R, mask, w, xi) -> tuple[np.ndarray, np.ndarray]:
+    """Mixture weights q on the simplex: min error s.t. |sum_t q_t g(h_t)| <= xi (an LP),
+    and the constraints' dual prices ``lambda`` (C,)."""
     from scipy.optimize import linprog
 
     err = np.array([1.0 - float(w @ (P * Y1).sum(axis=1)) for P in preds])
@@ -1206,7 +1224,9 @@ def _best_mixture(preds, Y1, R, mask, w, xi) -> np.ndarray:
         raise InfeasibleError("the mixture LP of OptFairReduction is infeasible")
     if res.status != 0:
         raise RuntimeError(f"the mixture LP of OptFairReduction failed: {res.message}")
-    return np.clip(res.x, 0.0, None)
+    C = Gm.shape[0]
+    mu = -np.asarray(res.ineqlin.marginals)                # >= 0: prices of the two sides
+    return np.clip(res.x, 0.0, None), mu[:C] - mu[C:]
 
 
 class _Constant:
