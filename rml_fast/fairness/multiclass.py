@@ -1,7 +1,7 @@
 """Optimal multi-class fair classification (OptFair, arXiv 2606.00656).
 
 The Bayes-optimal classifier under group-fairness constraints, for any number of classes ``K``
-and groups ``G``, in three forms:
+and groups ``G``, in four forms:
 
 * :func:`exact_fair_lp` -- the exact frontier of a *discrete* problem (finitely many cells with
   known ``eta(x) = P(Y|x)`` and group probabilities) as a linear program (cvxpy, HiGHS/Clarabel).
@@ -11,6 +11,8 @@ and groups ``G``, in three forms:
   and predicts ``h(x) = softmax((eta(x) - Phi(x) lambda)/tau)``.
 * :class:`OptFairInProcessing` -- the in-processing reduction: a torch softmax model trained on
   the saddle point ``min_theta max_lambda CE(theta) + sum_c lambda_c g_c(theta) - xi ||lambda||_1``.
+* :class:`OptFairReduction` -- the reductions route (Agarwal et al. 2018) for any scikit-learn
+  learner: exponentiated gradient over cost-sensitive fits, mixed by an LP.
 
 The constraints ("dp", "eop", "eo") are linear functionals ``|E <h(X), phi_c(X)>| <= xi``:
 
