@@ -282,8 +282,9 @@ def test_players_group_features():
     X, y, a = _toy()
     model = LogisticRegression().fit(X, y)
     V2 = mc.coalition_values(model, X, y, a, ["accuracy"], players=[[0, 1], [2]],
-                             masking="baseline", progress=False)
-    V3 = mc.coalition_values(model, X, y, a, ["accuracy"], masking="baseline", progress=False)
+                             masking="baseline", background=X, progress=False)
+    V3 = mc.coalition_values(model, X, y, a, ["accuracy"], masking="baseline", background=X,
+                             progress=False)
     # coalition {player 0} = features {0, 1} = bitmask 0b011 of the per-feature game
     assert V2[0, 0b01] == V3[0, 0b011]
     assert V2[0, 0b11] == V3[0, 0b111]
