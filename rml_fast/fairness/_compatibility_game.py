@@ -56,7 +56,7 @@ class MetricGame:
         self.chunk_rows, self.progress = chunk_rows, progress
         self.n_players = len(players)
         self.n_features = X.shape[1]
-        self._base = baseline_row(background) if masking == "baseline" else None
+        self._base = baseline_row(background)  # used by the "baseline" masking
 
     def feature_masks(self, coalitions: np.ndarray) -> np.ndarray:
         """Player masks ``(B, d)`` -> feature masks ``(B, p)`` (a feature is kept if any player

@@ -103,7 +103,9 @@ def evaluate_metrics(prob: np.ndarray, y: np.ndarray, groups: np.ndarray,
             mean_p = (prob @ cell).reshape(-1, n_groups, 2).sum(axis=2) / count.sum(axis=1)
             mean_y = count[:, 1] / count.sum(axis=1)
             out[k] = -_range(mean_p - mean_y)
-        else:  # a user callable, one call per masked model
+        elif callable(m):  # a user callable, one call per masked model
             for b in range(prob.shape[0]):
                 out[k, b] = float(m(y, yhat[b].astype(np.int64), prob[b], groups))
+        else:
+            raise ValueError(f"metrics: unknown metric {m!r}")
     return out

@@ -126,7 +126,7 @@ def _all_coalitions(d: int) -> np.ndarray:
     return ((s[:, None] >> np.arange(d)) & 1).astype(bool)
 
 
-def _masks_to_bool(masks: Sequence[int], d: int) -> np.ndarray:
+def _masks_to_bool(masks: Sequence[int] | np.ndarray, d: int) -> np.ndarray:
     s = np.asarray(masks, dtype=np.int64)
     return ((s[:, None] >> np.arange(d)) & 1).astype(bool)
 
@@ -898,12 +898,16 @@ class MetricCompatibility(BaseEstimator):
                            random_state=self.random_state, progress=self.progress)
         k = d if self.max_order is None else int(
             check_scalar(self.max_order, "max_order", Interval("int", 1, d)))
+        self.values_: np.ndarray | None
+        self.dividends_: np.ndarray | None
+        self.shapley_: np.ndarray | None
         if d <= MAX_EXACT_PLAYERS:
             self.values_ = game(_all_coalitions(d))
-            self.dividends_ = moebius_transform(self.values_)
             self.coalitions_ = interaction_coalitions(d, k)
-            self.interaction_vectors_ = np.ascontiguousarray(self.dividends_[:, self.coalitions_])
-            self.shapley_ = shapley_from_moebius(self.dividends_, d)
+            dividends = moebius_transform(self.values_)
+            self.dividends_ = dividends
+            self.interaction_vectors_ = np.ascontiguousarray(dividends[:, self.coalitions_])
+            self.shapley_ = shapley_from_moebius(dividends, d)
         else:
             self.values_ = self.dividends_ = self.shapley_ = None
             self.interaction_vectors_, self.coalitions_ = low_order_dividends(game, d, k)
