@@ -49,7 +49,7 @@ class MetricGame:
                  metrics: list[str | Callable[..., float]], players: list[list[int]],
                  masking: str, background: np.ndarray, positive: Any,
                  train: tuple[np.ndarray, np.ndarray] | None, chunk_rows: int,
-                 progress: bool) -> None:
+                 progress: bool, tabulate: bool | str = "auto", max_table: int = 1 << 16) -> None:
         self.model, self.X, self.y, self.groups = model, X, y01, groups
         self.metrics, self.players, self.masking = metrics, players, masking
         self.background, self.positive, self.train = background, positive, train
@@ -57,6 +57,55 @@ class MetricGame:
         self.n_players = len(players)
         self.n_features = X.shape[1]
         self._base = baseline_row(background)  # used by the "baseline" masking
+        self._table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        if masking != "retrain" and tabulate:
+            self._table = self._build_table(tabulate == "auto", max_table)
+
+    def _build_table(self, auto: bool, max_table: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Predict once on the grid of all level combinations when the features are discrete.
+
+        Every masked row takes, column by column, a value of ``X``, of the background or of the
+        baseline row, so it lies on the product grid of those columns' levels. When that grid
+        has at most ``max_table`` points (and fewer than the rows the masked evaluation would
+        predict), the model is evaluated once on the grid and a masked row's score is looked up
+        by its mixed-radix code, which is additive over columns:
+        ``code(x_S, b_-S) = sum_{j in S} r_j lx_j + sum_{j not in S} r_j lb_j``.
+        """
+        bg = self.background if self.masking == "interventional" else self._base[None, :]
+        levels, radix, size = [], [], 1
+        for j in range(self.n_features):
+            lev = np.unique(np.concatenate([self.X[:, j], bg[:, j]]))
+            levels.append(lev)
+            radix.append(size)
+            size *= lev.size
+            if size > max_table:
+                if auto:
+                    return None
+                raise ValueError(f"tabulate=True needs at most max_table = {max_table} level "
+                                 f"combinations of the features, got more than {max_table}")
+        n_model_rows = self.X.shape[0] * bg.shape[0] * (1 << min(self.n_players, 20))
+        if auto and size >= n_model_rows:
+            return None
+        r = np.asarray(radix, dtype=np.int64)
+        lx = np.stack([np.searchsorted(levels[j], self.X[:, j]) for j in range(self.n_features)],
+                      axis=1) * r
+        lb = np.stack([np.searchsorted(levels[j], bg[:, j]) for j in range(self.n_features)],
+                      axis=1) * r
+        codes = np.arange(size, dtype=np.int64)
+        grid = np.empty((size, self.n_features))
+        for j in range(self.n_features):
+            grid[:, j] = levels[j][(codes // r[j]) % levels[j].size]
+        table = np.empty(size)
+        for c0 in range(0, size, self.chunk_rows):
+            table[c0 : c0 + self.chunk_rows] = positive_scores(
+                self.model, grid[c0 : c0 + self.chunk_rows], self.positive)
+        return table, lx, lb, r
+
+    @property
+    def tabulated(self) -> bool:
+        """Whether scores are looked up in a table of grid predictions (discrete features)."""
+        return self._table is not None
 
     def feature_masks(self, coalitions: np.ndarray) -> np.ndarray:
         """Player masks ``(B, d)`` -> feature masks ``(B, p)`` (a feature is kept if any player
@@ -73,6 +122,9 @@ class MetricGame:
         out = np.empty((fm.shape[0], n))
         if self.masking == "retrain":
             self._retrain(fm, out)
+            return out
+        if self._table is not None:
+            self._lookup(self._table, fm, out)
             return out
         n_bg = self.background.shape[0] if self.masking == "interventional" else 1
         per_row = n_bg  # model rows per evaluation row and coalition
@@ -96,6 +148,20 @@ class MetricGame:
                 s = positive_scores(self.model, z.reshape(-1, self.n_features), self.positive)
                 out[c0 : c0 + step_c, r0 : r0 + step_n] = s.reshape(f.shape[0], x.shape[0])
         return out
+
+    def _lookup(self, tab: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                fm: np.ndarray, out: np.ndarray) -> None:
+        table, lx, lb, _ = tab
+        n, n_bg = lx.shape[0], lb.shape[0]
+        step = max(1, self.chunk_rows // (n * n_bg))
+        f_int = fm.astype(np.int64)
+        for c0 in tqdm(range(0, fm.shape[0], step), disable=not self.progress,
+                       desc="coalitions", leave=False):
+            f = f_int[c0 : c0 + step]  # (b, p)
+            cx = lx @ f.T  # (n, b): codes of the kept columns
+            cb = lb @ (1 - f).T  # (n_bg, b): codes of the masked columns
+            vals = table[cx[:, None, :] + cb[None, :, :]]  # (n, n_bg, b)
+            out[c0 : c0 + step] = vals.mean(axis=1).T
 
     def _retrain(self, fm: np.ndarray, out: np.ndarray) -> None:
         if self.train is None:

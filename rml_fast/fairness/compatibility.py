@@ -139,6 +139,7 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
                 players: Sequence[Sequence[int]] | None = None,
                 masking: str = "interventional", background: Any = None,
                 n_background: int = 64, random_state: Any = None, chunk_rows: int = 1 << 16,
+                tabulate: bool | str = "auto", max_table: int = 1 << 16,
                 progress: bool = True) -> MetricGame:
     """Build the metric game ``v_m(S)`` of a fitted binary classifier (PROPOSED, spec §3.1).
 
@@ -182,6 +183,14 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
         Draws the background rows.
     chunk_rows : int, default=2**16
         Most rows passed to ``model`` in one call.
+    tabulate : {"auto", True, False}, default="auto"
+        Discrete features (binarised data): every masked row lies on the product grid of the
+        columns' observed levels; when that grid has at most ``max_table`` points, the model
+        is evaluated once on the grid and masked rows are looked up by an additive
+        mixed-radix code (exact for a model that scores rows independently, as scikit-learn
+        classifiers do). ``"auto"`` does so when the grid is small enough and smaller than the
+        masked evaluation; ``True`` requires it; ``False`` never. Not used by ``"retrain"``.
+    max_table : int, default=2**16
     progress : bool, default=True
         Show a tqdm bar over the chunks.
 
@@ -220,6 +229,9 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
     player_list = _check_players(players, p)
     n_bg = check_scalar(n_background, "n_background", Interval("int", 1, None))
     chunk = check_scalar(chunk_rows, "chunk_rows", Interval("int", 1, None))
+    if tabulate not in ("auto", True, False):
+        raise ValueError(f"tabulate must be 'auto', True or False, got {tabulate!r}")
+    table_max = check_scalar(max_table, "max_table", Interval("int", 1, None))
     rng = check_rng(random_state, "random_state")
     train = None
     if masking == "retrain":
@@ -244,7 +256,7 @@ def metric_game(model: Any, X: Any, y: Any, sensitive: Any,
         if bg.shape[1] != p or bg.shape[0] < 1:
             raise ValueError(f"background must have shape (n_bg >= 1, {p}), got {bg.shape}")
     return MetricGame(model, X_arr, y01, groups, metric_list, player_list, masking, bg, positive,
-                      train, int(chunk), bool(progress))
+                      train, int(chunk), bool(progress), tabulate, int(table_max))
 
 
 def coalition_values(model: Any, X: Any, y: Any, sensitive: Any,
@@ -252,7 +264,8 @@ def coalition_values(model: Any, X: Any, y: Any, sensitive: Any,
                      players: Sequence[Sequence[int]] | None = None, *,
                      masking: str = "interventional", background: Any = None,
                      n_background: int = 64, random_state: Any = None,
-                     chunk_rows: int = 1 << 16, progress: bool = True) -> np.ndarray:
+                     chunk_rows: int = 1 << 16, tabulate: bool | str = "auto",
+                     max_table: int = 1 << 16, progress: bool = True) -> np.ndarray:
     """Metric values of all ``2**d`` coalitions, ``V[m, S] = v_m(S)`` (PROPOSED, spec §3.1).
 
     Parameters are those of :func:`metric_game`; ``d = len(players)`` must be at most
@@ -292,7 +305,8 @@ def coalition_values(model: Any, X: Any, y: Any, sensitive: Any,
                          "sampled_shapley")
     game = metric_game(model, X, y, sensitive, metrics, players=players, masking=masking,
                        background=background, n_background=n_background,
-                       random_state=random_state, chunk_rows=chunk_rows, progress=progress)
+                       random_state=random_state, chunk_rows=chunk_rows, tabulate=tabulate,
+                       max_table=max_table, progress=progress)
     return game(_all_coalitions(game.n_players))
 
 
@@ -792,6 +806,8 @@ class MetricCompatibility(BaseEstimator):
         Used only when ``fit`` gets no ``sensitive_features``: the groups are then
         ``X[:, sensitive_column] > median`` (PROPOSED fallback, so the estimator works in
         scikit-learn pipelines; pass ``sensitive_features`` for real use).
+    tabulate : {"auto", True, False}, default="auto"
+        Grid-table evaluation for discrete features (see :func:`metric_game`).
     random_state : None, int or numpy.random.Generator
     progress : bool, default=False
 
@@ -825,7 +841,8 @@ class MetricCompatibility(BaseEstimator):
     def __init__(self, estimator: Any = None, metrics: Sequence[Any] = DEFAULT_METRICS,
                  players: Any = None, masking: str = "interventional", n_background: int = 64,
                  max_order: int | None = None, prefit: bool = False, sensitive_column: int = 0,
-                 random_state: Any = None, progress: bool = False) -> None:
+                 tabulate: bool | str = "auto", random_state: Any = None,
+                 progress: bool = False) -> None:
         self.estimator = estimator
         self.metrics = metrics
         self.players = players
@@ -834,6 +851,7 @@ class MetricCompatibility(BaseEstimator):
         self.max_order = max_order
         self.prefit = prefit
         self.sensitive_column = sensitive_column
+        self.tabulate = tabulate
         self.random_state = random_state
         self.progress = progress
 
@@ -895,7 +913,8 @@ class MetricCompatibility(BaseEstimator):
             model = clone(base).fit(X_arr, np.asarray(y))
         game = metric_game(model, X_arr, y, sensitive, self.metrics, players=players,
                            masking=self.masking, n_background=self.n_background,
-                           random_state=self.random_state, progress=self.progress)
+                           random_state=self.random_state, tabulate=self.tabulate,
+                           progress=self.progress)
         k = d if self.max_order is None else int(
             check_scalar(self.max_order, "max_order", Interval("int", 1, d)))
         self.values_: np.ndarray | None

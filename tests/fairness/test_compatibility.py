@@ -290,6 +290,33 @@ def test_players_group_features():
     assert V2[0, 0b11] == V3[0, 0b111]
 
 
+@pytest.mark.parametrize("masking", ["interventional", "baseline"])
+def test_tabulated_scores_equal_direct_model_calls(masking):
+    from rml_fast.datasets import load_binarized
+
+    X, y, _ = load_binarized("compas-binned")
+    X, y = X[:300].astype(float), y[:300]
+    a = X[:, 0].astype(int)
+    model = LogisticRegression(max_iter=500).fit(X, y)
+    players = [[0], [1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11]]
+    kw = {"players": players, "masking": masking, "n_background": 8, "random_state": 1,
+          "progress": False}
+    fast = mc.metric_game(model, X, y, a, tabulate=True, **kw)
+    slow = mc.metric_game(model, X, y, a, tabulate=False, **kw)
+    assert fast.tabulated and not slow.tabulated
+    masks = _bool_masks(4)
+    np.testing.assert_allclose(fast.scores(masks), slow.scores(masks), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fast(masks), slow(masks), rtol=0, atol=1e-9)
+    # continuous features: the grid is too large
+    Xc = np.random.default_rng(0).normal(size=(50, 3))
+    yc = (Xc[:, 0] > 0).astype(int)
+    with pytest.raises(ValueError, match="tabulate=True"):
+        mc.metric_game(LogisticRegression().fit(Xc, yc), Xc, yc, Xc[:, 1] > 0, tabulate=True,
+                       max_table=1000, progress=False)
+    assert not mc.metric_game(LogisticRegression().fit(Xc, yc), Xc, yc, Xc[:, 1] > 0,
+                              progress=False).tabulated
+
+
 # --- real data ----------------------------------------------------------------------------------
 
 
