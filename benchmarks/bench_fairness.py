@@ -146,7 +146,8 @@ def _reduction_body(suite: Suite, case: dict[str, Any]) -> None:
     idx = np.arange(len(y))
     note = (f"expected acc ours {Ho[idx, y].mean():.4f} / fairlearn {Hp[idx, y].mean():.4f}; "
             f"DP disparity ours {disparity(Ho, y, a):.4f} / fairlearn {disparity(Hp, y, a):.4f}"
-            f" (xi={xi}, LogisticRegression learner; ours 30 EG rounds, fairlearn's defaults)")
+            f" (xi={xi}, LogisticRegression learner; ours 30 EG + <= 10 column-generation rounds,"
+            " fairlearn's defaults)")
     suite.compare(case, ours, peer, peer_name=peer_name, note=note)
 
 
