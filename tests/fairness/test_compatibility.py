@@ -278,6 +278,21 @@ def test_interventional_average_over_background():
     np.testing.assert_allclose(scores[0], expected, atol=1e-12)
 
 
+def test_sampled_and_low_order_on_a_metric_game():
+    X, y, a = _toy()
+    model = LogisticRegression().fit(X, y)
+    game = mc.metric_game(model, X, y, a, ["accuracy", "demographic_parity"], n_background=8,
+                          random_state=0, progress=False)
+    V = game(_bool_masks(3))
+    a_full = mc.moebius_transform(V)
+    phi = mc.shapley_from_moebius(a_full)
+    est = mc.sampled_shapley(game, 3, n_permutations=200, rng=0, progress=False)
+    assert np.all(np.abs(est.values - phi) <= 4.5 * est.stderr + 1e-12)
+    assert est.stderr.max() > 0
+    low, T = mc.low_order_dividends(game, 3, max_order=2)
+    np.testing.assert_allclose(low, a_full[:, T], atol=1e-12)
+
+
 def test_players_group_features():
     X, y, a = _toy()
     model = LogisticRegression().fit(X, y)
