@@ -1,4 +1,5 @@
-"""Fairness: OptFair post-processing vs fairlearn's ThresholdOptimizer and vs a cvxpy LP.
+"""Fairness: OptFair post-processing vs fairlearn's ThresholdOptimizer and a cvxpy LP; exact
+fairness-metric coalition games vs a plain-Python loop and shapiq.
 
 Families of cases (each a ``(cases, body)`` pair in :data:`FAMILIES`, so that another family,
 e.g. exact coalition enumeration vs a plain-Python loop, is one more entry):
@@ -17,6 +18,23 @@ e.g. exact coalition enumeration vs a plain-Python loop, is one more entry):
   binary DP at ``xi = 0.02``: :class:`~rml_fast.fairness.multiclass.OptFairReduction` vs
   ``fairlearn.reductions.ExponentiatedGradient``, fit + predict_proba; n in {5000, 20000}
   (``--quick``: 5000).
+* ``compatibility`` (:mod:`rml_fast.fairness.compatibility`), by ``task``:
+  * ``task="moebius"``: the exact Moebius transform of M = 6 metric games on 2**d coalitions,
+    ours (numba butterfly, O(M d 2**d)) vs the same butterfly as a plain-Python loop
+    (``moebius_transform_reference``); and one game's coalition enumeration + Moebius transform,
+    ours vs ``shapiq.ExactComputer(game, n_players=d)("Moebius")`` (O(3**d) Python loop).
+    d = 10, 12, 14, 16 (quick: 10, 12). shapiq at d >= 15 takes > 1 min a call: those rows run
+    with warmup=0, repeat=1 (said in the row's note).
+  * ``task="pipeline"``: all 2**d coalition values of 6 metrics for a logistic regression on
+    n rows (baseline masking, all rows as background), ours (``coalition_values``: coalitions batched through the model,
+    group rates for all coalitions by one matrix product) vs a plain per-coalition loop
+    (mask, ``predict_proba``, fairlearn / scikit-learn / NumPy metrics). d = 7, n = 2000
+    (quick: d = 4, n = 1000).
+  * ``task="compas"``: all coalition values of the six metrics on binarised COMPAS (logistic
+    regression, interventional masking, n rows x n_bg background rows), ours with the grid table
+    (``tabulate="auto"``: one model call on the 2**12 level combinations, then additive-code
+    look-ups) vs ours with direct model calls (``tabulate=False``). d = 12 players (one per
+    column; quick: 4 feature groups), n = 1000, n_bg = 16.
 """
 
 from __future__ import annotations
@@ -28,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from rml_fast.benchmarking import Suite, missing_peer
+from rml_fast.fairness import compatibility as mc
 from rml_fast.fairness.multiclass import (
     OptFairPostProcessor,
     OptFairReduction,
@@ -151,12 +170,164 @@ def _reduction_body(suite: Suite, case: dict[str, Any]) -> None:
     suite.compare(case, ours, peer, peer_name=peer_name, note=note)
 
 
+# --------------------------------------------------------------------------- compatibility
+
+_COMPAT_CASES = ([{"task": "moebius", "d": d} for d in (10, 12, 14, 16)]
+                + [{"task": "pipeline", "d": 7, "n": 2000},
+                   {"task": "compas", "d": 12, "n": 1000, "n_bg": 16}])
+_COMPAT_QUICK_CASES = ([{"task": "moebius", "d": d} for d in (10, 12)]
+                      + [{"task": "pipeline", "d": 4, "n": 1000},
+                         {"task": "compas", "d": 4, "n": 1000, "n_bg": 16}])
+
+_METRICS = ["accuracy", "demographic_parity", "equalized_odds", "equal_opportunity",
+            "predictive_parity", "calibration"]
+
+
+def _table_game(values: np.ndarray, d: int):
+    weights = 1 << np.arange(d)
+
+    def game(coalitions: np.ndarray) -> np.ndarray:
+        return values[np.asarray(coalitions, dtype=np.int64) @ weights]
+
+    return game
+
+
+def _moebius_case(suite: Suite, case: dict[str, Any]) -> None:
+    d = case["d"]
+    rng = np.random.default_rng(d)
+    V = rng.normal(size=(6, 1 << d))
+    suite.compare(case, lambda: mc.moebius_transform(V), lambda: mc.moebius_transform_reference(V),
+                  peer_name="plain-Python butterfly (6 games)")
+    reason = missing_peer("shapiq")
+    if reason:
+        suite.skip(case, peer_name="shapiq ExactComputer Moebius", reason=reason)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import shapiq
+    game = _table_game(V[0], d)
+    masks = ((np.arange(1 << d)[:, None] >> np.arange(d)) & 1).astype(bool)
+
+    def ours() -> np.ndarray:
+        return mc.moebius_transform(game(masks))
+
+    def peer() -> Any:
+        return shapiq.ExactComputer(game, n_players=d)("Moebius")
+
+    a, iv = ours(), None
+    if d <= 10:  # cross-check once at the smallest size
+        iv = peer()
+        t = (1 << d) - 1
+        assert abs(iv[tuple(range(d))] - a[t]) < 1e-8
+    slow = d >= 15
+    saved = (suite.warmup, suite.repeat)
+    if slow:
+        suite.warmup, suite.repeat = 0, 1
+    try:
+        suite.compare(case, ours, peer, peer_name="shapiq ExactComputer Moebius (1 game)",
+                      memory=not slow, note="warmup=0, repeat=1" if slow else None)
+    finally:
+        suite.warmup, suite.repeat = saved
+
+
+def _loop_metrics(prob: np.ndarray, y: np.ndarray, a: np.ndarray) -> list[float]:
+    from fairlearn.metrics import (
+        demographic_parity_difference,
+        equal_opportunity_difference,
+        equalized_odds_difference,
+    )
+    from sklearn.metrics import accuracy_score
+
+    yhat = (prob >= 0.5).astype(int)
+    ppv = [y[(a == g) & (yhat == 1)].mean() for g in (0, 1) if ((a == g) & (yhat == 1)).any()]
+    gap = [prob[a == g].mean() - y[a == g].mean() for g in (0, 1)]
+    return [accuracy_score(y, yhat),
+            -demographic_parity_difference(y, yhat, sensitive_features=a),
+            -equalized_odds_difference(y, yhat, sensitive_features=a),
+            -equal_opportunity_difference(y, yhat, sensitive_features=a),
+            -(max(ppv) - min(ppv)) if len(ppv) == 2 else 0.0,
+            -(max(gap) - min(gap))]
+
+
+def _pipeline_case(suite: Suite, case: dict[str, Any]) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    reason = missing_peer("fairlearn")
+    if reason:
+        suite.skip(case, peer_name="per-coalition loop + fairlearn metrics", reason=reason)
+        return
+    d, n = case["d"], case["n"]
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n, d))
+    a = (rng.random(n) < 0.4).astype(int)
+    X[:, 0] += a
+    y = (X @ rng.normal(size=d) + 0.5 * a + rng.normal(size=n) > 0).astype(int)
+    model = LogisticRegression().fit(X, y)
+    base = X.mean(axis=0)
+
+    def ours() -> np.ndarray:
+        return mc.coalition_values(model, X, y, a, _METRICS, masking="baseline", background=X,
+                                   progress=False)
+
+    def peer() -> np.ndarray:
+        out = np.empty((6, 1 << d))
+        for s in range(1 << d):
+            keep = ((s >> np.arange(d)) & 1).astype(bool)
+            Z = np.where(keep, X, base)
+            out[:, s] = _loop_metrics(model.predict_proba(Z)[:, 1], y, a)
+        return out
+
+    np.testing.assert_allclose(ours(), peer(), atol=1e-12)  # same numbers before timing
+    suite.compare(case, ours, peer, peer_name="per-coalition loop + fairlearn metrics")
+
+
+def _compas_case(suite: Suite, case: dict[str, Any]) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from rml_fast.datasets import load_binarized
+
+    X, y, names = load_binarized("compas-binned")
+    X = X.astype(np.float64)
+    a = X[:, names.index("sex:Female")].astype(int)
+    model = LogisticRegression(max_iter=1000).fit(X, y)
+    rows = np.random.default_rng(0).choice(X.shape[0], size=case["n"], replace=False)
+    Xe, ye, ae = X[rows], y[rows], a[rows]
+    players = (None if case["d"] == 12
+               else [[0], [1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11]])
+    kw = {"players": players, "n_background": case["n_bg"], "random_state": 0,
+          "progress": False}
+
+    def ours() -> np.ndarray:
+        return mc.coalition_values(model, Xe, ye, ae, _METRICS, tabulate="auto", **kw)
+
+    def peer() -> np.ndarray:
+        return mc.coalition_values(model, Xe, ye, ae, _METRICS, tabulate=False, **kw)
+
+    np.testing.assert_allclose(ours(), peer(), atol=1e-9)
+    suite.compare(case, ours, peer, peer_name="ours, direct model calls (tabulate=False)")
+
+
+def _compatibility_body(suite: Suite, case: dict[str, Any]) -> None:
+    """One compatibility case (see the module docstring)."""
+    if case["task"] == "moebius":
+        _moebius_case(suite, case)
+    elif case["task"] == "compas":
+        _compas_case(suite, case)
+    else:
+        _pipeline_case(suite, case)
+
+
+def _compatibility_cases(quick: bool) -> list[dict[str, Any]]:
+    return _COMPAT_QUICK_CASES if quick else _COMPAT_CASES
+
+
 #: family name -> (cases for quick/full, body); add a family by adding an entry
 FAMILIES: dict[str, tuple[Callable[[bool], list[dict[str, Any]]],
                           Callable[[Suite, dict[str, Any]], None]]] = {
     "optfair-binary": (_binary_cases, _binary_body),
     "optfair-multiclass": (_multiclass_cases, _multiclass_body),
     "optfair-reduction": (_reduction_cases, _reduction_body),
+    "compatibility": (_compatibility_cases, _compatibility_body),
 }
 
 
