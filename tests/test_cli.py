@@ -191,3 +191,18 @@ def test_every_registered_alignment_demo_honours_the_contract():
         assert {"seed", "quick", "out", "progress"} <= set(params), name
         assert all(params[p].kind is inspect.Parameter.KEYWORD_ONLY for p in ("seed", "quick"))
         assert callable(module.format_table), name
+
+
+def test_fairness_demo_runs_the_demo_module(monkeypatch, capsys):
+    import inspect
+
+    from rml_fast.fairness import demo
+
+    params = inspect.signature(demo.run).parameters
+    assert {"seed", "quick", "out", "progress"} <= set(params)
+    calls = []
+    monkeypatch.setattr(demo, "run", lambda **kw: calls.append(kw) or {"acc": 0.5})
+    monkeypatch.setattr(demo, "format_table", lambda result: f"acc {result['acc']}")
+    assert cli.main(["demo", "fairness", "--quick", "--no-progress"]) == 0
+    assert calls == [{"seed": 0, "quick": True, "out": None, "progress": False}]
+    assert capsys.readouterr().out.strip() == "acc 0.5"
