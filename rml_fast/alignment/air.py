@@ -28,12 +28,14 @@ from typing import Any
 
 import torch
 
+from rml_fast._validation import check_scalar
 from rml_fast.alignment.grpo import (
+    _NONNEG,
+    _POSITIVE,
     _as_float_tensor,
     _as_ids,
     _as_mask,
     _check_finite,
-    _check_scalar,
     _dense_ids,
     _grpo_loss,
     _sequence_ratio,
@@ -329,7 +331,7 @@ class AIRObjective:
         kl_coef: float = 0.0,
         eps: float = 1e-6,
     ) -> None:
-        self.lam = _check_scalar(lam, "lam", low=0.0, low_open=False)
+        self.lam = check_scalar(lam, "lam", _NONNEG)
         if regulariser not in _REGULARISERS:
             raise ValueError(f"regulariser must be one of {_REGULARISERS}, got {regulariser!r}")
         self.regulariser = regulariser
@@ -337,9 +339,9 @@ class AIRObjective:
         if normalize not in ("group", "variant", "none"):
             raise ValueError(f"normalize must be one of ('group', 'variant', 'none'), got {normalize!r}")
         self.normalize = normalize
-        self.clip_eps = _check_scalar(clip_eps, "clip_eps", low=0.0, low_open=True)
-        self.kl_coef = _check_scalar(kl_coef, "kl_coef", low=0.0, low_open=False)
-        self.eps = _check_scalar(eps, "eps", low=0.0, low_open=False)
+        self.clip_eps = check_scalar(clip_eps, "clip_eps", _POSITIVE)
+        self.kl_coef = check_scalar(kl_coef, "kl_coef", _NONNEG)
+        self.eps = check_scalar(eps, "eps", _NONNEG)
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Loss and its parts for one batch of rollouts.

@@ -27,7 +27,14 @@ from typing import Any
 
 import torch
 
-from rml_fast.alignment.grpo import _as_float_tensor, _check_finite, _check_scalar, grpo_advantages
+from rml_fast._validation import Interval, check_scalar
+from rml_fast.alignment.grpo import (
+    _NONNEG,
+    _POSITIVE,
+    _as_float_tensor,
+    _check_finite,
+    grpo_advantages,
+)
 
 __all__ = ["DynamicTaskWeights", "arspo_advantages", "arspo_rewards", "reward_map"]
 
@@ -76,8 +83,8 @@ def reward_map(s: torch.Tensor, kind: str = "power", gamma: float = 0.5, kappa: 
     """
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-    gamma = _check_scalar(gamma, "gamma", low=0.0, low_open=True)
-    kappa = _check_scalar(kappa, "kappa", low=0.0, low_open=True)
+    gamma = check_scalar(gamma, "gamma", _POSITIVE)
+    kappa = check_scalar(kappa, "kappa", _POSITIVE)
     s = _as_float_tensor(s, "s", ndim=tuple(range(0, 8)))
     _check_finite(s, "s")
     if bool(((s < 0) | (s > 1)).any()):
@@ -178,12 +185,10 @@ class DynamicTaskWeights:
         if not tasks or len(set(tasks)) != len(tasks):
             raise ValueError(f"tasks must be at least one distinct name, got {tasks}")
         self.tasks = tasks
-        self.ema = _check_scalar(ema, "ema", low=0.0, low_open=False)
-        if self.ema >= 1.0:
-            raise ValueError(f"ema must be in [0, 1), got {ema!r}")
-        self.eta = _check_scalar(eta, "eta", low=0.0, low_open=True)
-        self.w_min = _check_scalar(w_min, "w_min", low=0.0, low_open=False)
-        self.w_max = _check_scalar(w_max, "w_max", low=0.0, low_open=True)
+        self.ema = check_scalar(ema, "ema", Interval("real", 0.0, 1.0, closed="left"))
+        self.eta = check_scalar(eta, "eta", _POSITIVE)
+        self.w_min = check_scalar(w_min, "w_min", _NONNEG)
+        self.w_max = check_scalar(w_max, "w_max", _POSITIVE)
         if self.w_min > self.w_max:
             raise ValueError(f"w_min must be <= w_max, got {w_min!r} > {w_max!r}")
         self.sum_to_k = bool(sum_to_k)
@@ -328,7 +333,7 @@ def arspo_rewards(
             raise ValueError(f"components[{k!r}] must have shape ({n},) like the others, got {tuple(x.shape)}")
         comps[k] = x
     for k, w in weights.items():
-        _check_scalar(w, f"weights[{k!r}]", low=0.0, low_open=False)
+        check_scalar(w, f"weights[{k!r}]", _NONNEG)
     total = None
     for k, x in comps.items():
         m = mapping.get(k)

@@ -21,11 +21,12 @@ surrogate); Schulman 2020, "Approximating KL divergence" (k3 estimator).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import torch
+
+from rml_fast._validation import Interval, check_scalar
 
 __all__ = ["grpo_advantages", "grpo_loss", "sequence_ratio"]
 
@@ -97,15 +98,8 @@ def _as_mask(x: Any, name: str, shape: tuple[int, ...], device: torch.device) ->
     return x.to(device)
 
 
-def _check_scalar(value: Any, name: str, *, low: float, low_open: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    v = float(value)
-    ok = math.isfinite(v) and (v > low if low_open else v >= low)
-    if not ok:
-        rel = ">" if low_open else ">="
-        raise ValueError(f"{name} must be a finite number {rel} {low}, got {value!r}")
-    return v
+_NONNEG = Interval("real", 0.0, None, closed="left")
+_POSITIVE = Interval("real", 0.0, None, closed="neither")
 
 
 def _dense_ids(ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -194,7 +188,7 @@ def grpo_advantages(
     group_id = _as_ids(group_id, "group_id", n)
     if normalize not in _NORMALIZE:
         raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
-    eps = _check_scalar(eps, "eps", low=0.0, low_open=False)
+    eps = check_scalar(eps, "eps", _NONNEG)
     if normalize == "variant":
         if variant_id is None:
             raise ValueError("normalize='variant' needs variant_id (shape (B,)), got None")
@@ -344,10 +338,10 @@ def grpo_loss(
     logp_old = _as_float_tensor(logp_old, "logp_old", ndim=2)
     if tuple(logp_old.shape) != shape:
         raise ValueError(f"logp_old must have the shape of logp_new {shape}, got {tuple(logp_old.shape)}")
-    kl_coef = _check_scalar(kl_coef, "kl_coef", low=0.0, low_open=False)
-    clip_eps = _check_scalar(clip_eps, "clip_eps", low=0.0, low_open=True)
-    clip_hi = clip_eps if clip_eps_high is None else _check_scalar(
-        clip_eps_high, "clip_eps_high", low=0.0, low_open=True
+    kl_coef = check_scalar(kl_coef, "kl_coef", _NONNEG)
+    clip_eps = check_scalar(clip_eps, "clip_eps", _POSITIVE)
+    clip_hi = clip_eps if clip_eps_high is None else check_scalar(
+        clip_eps_high, "clip_eps_high", _POSITIVE
     )
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")

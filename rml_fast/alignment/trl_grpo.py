@@ -33,9 +33,10 @@ from typing import Any
 
 import torch
 
+from rml_fast._validation import check_scalar
 from rml_fast.alignment.air import _air_loss, _cell_anchor, _context_risk, _vrex_loss
 from rml_fast.alignment.arspo import DynamicTaskWeights, reward_map
-from rml_fast.alignment.grpo import _check_scalar, _sequence_ratio, grpo_advantages
+from rml_fast.alignment.grpo import _NONNEG, _sequence_ratio, grpo_advantages
 
 __all__ = ["AIRGRPOTrainer", "ARSPOGRPOTrainer", "mapped_reward"]  # noqa: F822  (built lazily)
 
@@ -236,7 +237,7 @@ def _build() -> None:
             anchor_column: str = "air_anchor",
             **kwargs: Any,
         ) -> None:
-            self.air_lambda = _check_scalar(air_lambda, "air_lambda", low=0.0, low_open=False)
+            self.air_lambda = check_scalar(air_lambda, "air_lambda", _NONNEG)
             if air_regulariser not in ("air", "vrex"):
                 raise ValueError(f"air_regulariser must be 'air' or 'vrex', got {air_regulariser!r}")
             if air_advantage not in ("trl", "group"):
