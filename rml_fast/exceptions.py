@@ -1,8 +1,8 @@
-"""Warning classes that rml_fast raises (filter them with :mod:`warnings` as usual)."""
+"""Warning and error classes that rml_fast raises (filter warnings with :mod:`warnings` as usual)."""
 
 from __future__ import annotations
 
-__all__ = ["ConvergenceWarning", "SteeringWarning"]
+__all__ = ["ConvergenceWarning", "InfeasibleError", "SteeringWarning"]
 
 
 class ConvergenceWarning(UserWarning):
@@ -23,4 +23,22 @@ class SteeringWarning(UserWarning):
     ``warnings.filterwarnings("ignore", category=SteeringWarning)``, or turn it into an error
     with ``warnings.simplefilter("error", SteeringWarning)``. Also importable from
     :mod:`rml_fast.steering`.
+    """
+
+
+class InfeasibleError(ValueError):
+    """A program or constraint set has no feasible point, so there is no solution to return.
+
+    Raised instead of returning anything (never a made-up solution): a fairness program with
+    ``xi < 0`` or one the solver reports infeasible (:mod:`rml_fast.fairness.multiclass`), a
+    robust strategic program (:class:`rml_fast.strategic.decision_dependent.InfeasibleProgramError`),
+    an empty robust acceptance region
+    (:class:`rml_fast.strategic.ambiguity.InfeasibleRevealedSetError`). Catch this class for
+    all of them. Subclasses :class:`ValueError`.
+
+    Examples
+    --------
+    >>> from rml_fast.exceptions import InfeasibleError
+    >>> issubclass(InfeasibleError, ValueError)
+    True
     """

@@ -41,7 +41,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from threadpoolctl import threadpool_limits
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
-from rml_fast.exceptions import ConvergenceWarning
+from rml_fast.exceptions import ConvergenceWarning, InfeasibleError
 from rml_fast.fairness._multiclass_dual import fista_dual, lbfgs_dual, softmax_scores
 
 __all__ = [
@@ -57,19 +57,6 @@ __all__ = [
 
 #: the supported group-fairness constraints
 CONSTRAINTS = ("dp", "eop", "eo")
-
-
-class InfeasibleError(ValueError):
-    """A fairness program has no feasible point (e.g. ``xi < 0``, or the solver says so).
-
-    Never returned as a solution: every function and estimator of this module raises it
-    instead. Subclasses :class:`ValueError`.
-
-    Examples
-    --------
-    >>> issubclass(InfeasibleError, ValueError)
-    True
-    """
 
 
 # --- validation helpers -------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from rml_fast._validation import check_array, check_rng
+from rml_fast.exceptions import InfeasibleError
 
 __all__ = [
     "AmbiguousStrategicClassifier",
@@ -57,7 +58,7 @@ _SLACK = 1e-10
 _ACTIVE_SET_MAX_K = 8
 
 
-class InfeasibleRevealedSetError(ValueError):
+class InfeasibleRevealedSetError(InfeasibleError):
     """The robust acceptance region ``R_H = cap_{h in H} {h = 1}`` is empty (or has no interior).
 
     No user can be accepted by every member of ``H``; the max-min best response is then

@@ -59,7 +59,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from rml_fast._validation import Interval, check_array, check_scalar
-from rml_fast.exceptions import ConvergenceWarning
+from rml_fast.exceptions import ConvergenceWarning, InfeasibleError
 from rml_fast.strategic.simulator import _linear_best_response
 
 __all__ = [
@@ -77,7 +77,7 @@ _DEPENDENCES = ("l1", "dual")
 _METHODS = ("param_search", "alternating")
 
 
-class InfeasibleProgramError(ValueError):
+class InfeasibleProgramError(InfeasibleError):
     """The robust program has no feasible point (e.g. ``coef_bounds`` force a stage-1 rule so
     manipulable that the decision-dependent cost set (2) would drop below ``kappa_floor``).
 
