@@ -1,0 +1,5 @@
+"""Verification games: the Neural Concept Verifier (a prover-verifier game over concept encodings)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
