@@ -1,0 +1,244 @@
+"""Numerical core of the mixture of factor analyzers (private; see :mod:`rml_fast.interp.mfa`).
+
+Everything here works on low-rank-plus-diagonal covariances ``C_k = W_k W_kᵀ + Ψ_k`` through the
+Woodbury identity and the matrix determinant lemma, never forming a ``D × D`` matrix:
+
+* ``M_k = I_q + W_kᵀ Ψ_k⁻¹ W_k = L_k L_kᵀ`` (Cholesky), ``B_k = Ψ_k⁻¹ W_k L_k⁻ᵀ`` (D × q);
+* ``u_k(x) = B_kᵀ (x − μ_k) = L_k⁻¹ v_k(x)`` with ``v_k = W_kᵀ Ψ_k⁻¹ (x − μ_k)``;
+* ``log N_k(x) = −½ [D log 2π + Σ_d log Ψ_kd + log det M_k + (x−μ_k)ᵀ Ψ_k⁻¹ (x−μ_k) − ‖u_k‖²]``;
+* ``E[z | x, k] = M_k⁻¹ v_k = L_k⁻ᵀ u_k`` and ``Cov[z | x, k] = M_k⁻¹``.
+
+One batch costs one GEMM ``X @ [B_1 … B_K]`` (N × D by D × Kq) plus O(N K D) for the
+Mahalanobis terms; the EM statistics need one more GEMM of the same size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import logsumexp
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+@dataclass
+class Prepared:
+    """Per-component quantities that do not depend on the data (float64)."""
+
+    const: np.ndarray  # (K,) log π_k − ½(D log 2π + Σ log Ψ_k + log det M_k + μ_kᵀΨ_k⁻¹μ_k)
+    pinv: np.ndarray  # (K, D) or (1, D): Ψ⁻¹
+    pm: np.ndarray  # (K, D): Ψ_k⁻¹ μ_k
+    B: np.ndarray  # (D, K*q): [B_1 … B_K]
+    muB: np.ndarray  # (K, q): μ_kᵀ B_k
+    Linv: np.ndarray  # (K, q, q): L_k⁻¹
+    q: int
+
+
+def prepare(means: np.ndarray, W: np.ndarray, psi: np.ndarray, weights: np.ndarray) -> Prepared:
+    """Precompute the Woodbury factors; ``psi`` is (D,) shared or (K, D) per component."""
+    K, D, q = W.shape
+    psi2 = psi[None, :] if psi.ndim == 1 else psi
+    pinv = 1.0 / psi2
+    with np.errstate(divide="ignore"):
+        logw = np.log(weights)
+    logdet_psi = np.log(psi2).sum(axis=1)
+    if q > 0:
+        A = W * pinv[:, :, None] if psi.ndim == 2 else W * pinv[0][None, :, None]
+        M = np.einsum("kdi,kdj->kij", W, A) + np.eye(q)[None]
+        L = np.linalg.cholesky(M)
+        logdet_M = 2.0 * np.log(np.diagonal(L, axis1=1, axis2=2)).sum(axis=1)
+        Linv = np.linalg.inv(L)
+        Bk = np.einsum("kdj,kij->kdi", A, Linv)  # A_k L_k⁻ᵀ
+        B = np.ascontiguousarray(Bk.transpose(1, 0, 2).reshape(D, K * q))
+        muB = np.einsum("kd,kdq->kq", means, Bk)
+    else:
+        logdet_M = np.zeros(K)
+        Linv = np.zeros((K, 0, 0))
+        B = np.zeros((D, 0))
+        muB = np.zeros((K, 0))
+    pm = pinv * means if psi.ndim == 2 else pinv[0][None, :] * means
+    c = (means * pm).sum(axis=1)
+    const = logw - 0.5 * (D * LOG_2PI + logdet_psi + logdet_M + c)
+    return Prepared(const, pinv, pm, B, muB, Linv, q)
+
+
+def component_logpdf(X: np.ndarray, P: Prepared) -> tuple[np.ndarray, np.ndarray]:
+    """``log π_k + log N_k(x_n)`` of shape (N, K) and ``u`` of shape (N, K, q)."""
+    N = X.shape[0]
+    K = P.const.shape[0]
+    X2 = X * X
+    if P.pinv.shape[0] == 1:
+        quad = (-0.5 * (X2 @ P.pinv[0]))[:, None]
+    else:
+        quad = -0.5 * (X2 @ P.pinv.T)
+    out = P.const[None, :] + quad + X @ P.pm.T
+    if P.q > 0:
+        U = (X @ P.B).reshape(N, K, P.q) - P.muB[None]
+        out += 0.5 * np.einsum("nkq,nkq->nk", U, U)
+    else:
+        U = np.zeros((N, K, 0))
+    return out, U
+
+
+def posterior_mean(U: np.ndarray, P: Prepared) -> np.ndarray:
+    """``E[z | x, k] = L_k⁻ᵀ u_k``, shape (N, K, q)."""
+    return np.einsum("kji,nkj->nki", P.Linv, U)
+
+
+def posterior_cov(P: Prepared) -> np.ndarray:
+    """``Cov[z | x, k] = M_k⁻¹ = L_k⁻ᵀ L_k⁻¹``, shape (K, q, q)."""
+    return np.einsum("kji,kjl->kil", P.Linv, P.Linv)
+
+
+def loglik_resp(X: np.ndarray, P: Prepared, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample ``log p(x)`` (N,) and responsibilities (N, K), computed in row chunks."""
+    N = X.shape[0]
+    K = P.const.shape[0]
+    ll = np.empty(N)
+    R = np.empty((N, K))
+    for s in range(0, N, chunk):
+        lp, _ = component_logpdf(X[s:s + chunk], P)
+        lse = logsumexp(lp, axis=1)
+        ll[s:s + chunk] = lse
+        R[s:s + chunk] = np.exp(lp - lse[:, None])
+    return ll, R
+
+
+def em_step(
+    X: np.ndarray,
+    means: np.ndarray,
+    W: np.ndarray,
+    psi: np.ndarray,
+    weights: np.ndarray,
+    *,
+    psi_floor: float,
+    chunk: int,
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One exact EM iteration (Ghahramani & Hinton 1996, augmented loadings ``[W_k, μ_k]``).
+
+    Returns the total log-likelihood of the *incoming* parameters and the updated
+    ``(means, W, psi, weights)``.
+    """
+    N, D = X.shape
+    K, _, q = W.shape
+    P = prepare(means, W, psi, weights)
+    per_comp = psi.ndim == 2
+    Nk = np.zeros(K)
+    Sx = np.zeros((K, D))
+    Sxz = np.zeros((D, K * q))
+    Sz = np.zeros((K, q))
+    Szz = np.zeros((K, q, q))
+    Sxx = np.zeros((K, D)) if per_comp else np.zeros(D)
+    total = 0.0
+    for s in range(0, N, chunk):
+        Xc = X[s:s + chunk]
+        n = Xc.shape[0]
+        lp, U = component_logpdf(Xc, P)
+        lse = logsumexp(lp, axis=1)
+        total += float(lse.sum())
+        R = np.exp(lp - lse[:, None])
+        Nk += R.sum(axis=0)
+        Sx += R.T @ Xc
+        if per_comp:
+            Sxx += R.T @ (Xc * Xc)
+        else:
+            Sxx += (Xc * Xc).sum(axis=0)
+        if q > 0:
+            Ez = posterior_mean(U, P)
+            REz = R[:, :, None] * Ez
+            Sxz += Xc.T @ REz.reshape(n, K * q)
+            Sz += REz.sum(axis=0)
+            Szz += np.matmul(REz.transpose(1, 2, 0), Ez.transpose(1, 0, 2))
+    # M-step: W̃_k = S_k G_k⁻¹ with S_k = [Σα x Ezᵀ, Σα x], G_k = Σα E[z̃ z̃ᵀ]
+    S = np.concatenate([Sxz.reshape(D, K, q).transpose(1, 0, 2), Sx[:, :, None]], axis=2)
+    G = np.zeros((K, q + 1, q + 1))
+    if q > 0:
+        G[:, :q, :q] = Szz + Nk[:, None, None] * posterior_cov(P)
+        G[:, :q, q] = Sz
+        G[:, q, :q] = Sz
+    G[:, q, q] = Nk
+    alive = Nk > 1e-10 * N
+    Wt = np.concatenate([W, means[:, :, None]], axis=2)
+    if alive.any():
+        Wt[alive] = np.linalg.solve(G[alive], S[alive].transpose(0, 2, 1)).transpose(0, 2, 1)
+    explained = (Wt * S).sum(axis=2)  # (K, D): diag(W̃_k S_kᵀ)
+    if per_comp:
+        new_psi = psi.copy()
+        new_psi[alive] = (Sxx[alive] - explained[alive]) / Nk[alive, None]
+    else:
+        new_psi = (Sxx - explained[alive].sum(axis=0)) / N
+    new_psi = np.maximum(new_psi, psi_floor)
+    return total, Wt[:, :, q].copy(), Wt[:, :, :q].copy(), new_psi, Nk / N
+
+
+def kmeans_init(
+    X: np.ndarray, K: int, *, proj_dim: int, pool_frac: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Projected k-means: a random pool of rows, a random orthonormal projection to
+    ``proj_dim`` dimensions, k-means++ with Lloyd iterations (scikit-learn's ``KMeans``).
+
+    Returns the pool's row indices and their cluster labels."""
+    from sklearn.cluster import KMeans
+
+    N, D = X.shape
+    n_pool = min(N, max(int(np.ceil(pool_frac * N)), min(N, 20 * K)))
+    idx = np.sort(rng.choice(N, size=n_pool, replace=False)) if n_pool < N else np.arange(N)
+    Xp = X[idx]
+    if proj_dim < D:
+        Q, _ = np.linalg.qr(rng.standard_normal((D, proj_dim)))
+        Xp = Xp @ Q
+    km = KMeans(n_clusters=K, n_init=3, max_iter=100, random_state=int(rng.integers(2**31 - 1)))
+    labels = km.fit_predict(Xp)
+    return idx, labels
+
+
+def local_pca_init(
+    X: np.ndarray, idx: np.ndarray, labels: np.ndarray, K: int, q: int,
+    *, per_comp: bool, loadings: str, psi_floor: float, rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Means, loadings, Ψ and weights from a hard clustering of ``X[idx]``.
+
+    ``loadings="pca"``: the top-q principal directions of each cluster scaled by
+    ``sqrt(max(λ_j − σ², 0))`` (σ² the mean discarded eigenvalue) plus a small random part so no
+    column starts at zero; ``"random"``: the reference's unit random directions (N(0, 1/D),
+    normalised) times softplus(1)."""
+    D = X.shape[1]
+    Xp = X[idx]
+    means = np.empty((K, D))
+    W = np.empty((K, D, q))
+    resid = np.empty((K, D))
+    counts = np.bincount(labels, minlength=K).astype(float)
+    glob_var = Xp.var(axis=0) + psi_floor
+    for k in range(K):
+        Xk = Xp[labels == k]
+        if Xk.shape[0] == 0:
+            Xk = Xp[rng.integers(Xp.shape[0], size=1)]
+        mu = Xk.mean(axis=0)
+        means[k] = mu
+        C = Xk - mu
+        var = (C * C).mean(axis=0)
+        rand = rng.standard_normal((D, q)) / np.sqrt(D)
+        if loadings == "random" or q == 0:
+            nrm = np.linalg.norm(rand, axis=0, keepdims=True)
+            W[k] = rand / np.maximum(nrm, 1e-12) * np.log1p(np.e)
+            resid[k] = var if Xk.shape[0] > 1 else glob_var
+            continue
+        _, s, Vt = np.linalg.svd(C, full_matrices=False)
+        lam = s**2 / max(Xk.shape[0], 1)
+        r = min(q, lam.shape[0])
+        sigma2 = lam[r:].sum() / max(D - r, 1)
+        Wk = np.zeros((D, q))
+        Wk[:, :r] = Vt[:r].T * np.sqrt(np.maximum(lam[:r] - sigma2, 0.0))
+        scale = np.sqrt(max(sigma2, float(glob_var.mean()) * 1e-3))
+        W[k] = Wk + 0.1 * scale * rand
+        explained = (Wk * Wk).sum(axis=1)
+        resid[k] = np.maximum(var - explained, 0.0) if Xk.shape[0] > q + 1 else glob_var
+    w = np.maximum(counts, 1.0)
+    w /= w.sum()
+    if per_comp:
+        psi = np.maximum(resid, psi_floor)
+    else:
+        psi = np.maximum((w[:, None] * resid).sum(axis=0), psi_floor)
+    psi = np.maximum(psi, 1e-3 * glob_var)
+    return means, W, psi, w
