@@ -216,7 +216,7 @@ _CHOICES = {
     "init": ("auto", "coordinate", "random"),
     "directions": ("orthogonal", "gaussian"),
     "step_rule": ("adaptive", "decay"),
-    "sparsify": ("rescale", "reset", "off"),
+    "sparsification": ("rescale", "reset", "off"),
     "cost": ("l1", "l2"),
 }
 
@@ -294,7 +294,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
     accept_probes : bool, default=True
         PROPOSED: stop as soon as any queried probe is valid (it is a queried point, so it is
         a valid recourse), not only the step's point.
-    sparsify : {"rescale", "reset", "off"}, default="rescale"
+    sparsification : {"rescale", "reset", "off"}, default="rescale"
         Final sparsification over changed coordinates in increasing ``|delta_j| / MAD_j``:
         "reset" sets one to 0 if the point stays valid (1 query, the paper's rule);
         "rescale" (PROPOSED) otherwise also tries the remaining move scaled up to the
@@ -342,7 +342,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
                  directions: str = "orthogonal", step_rule: str = "adaptive",
                  adaptive_mu: bool = True, probe_fallback: bool = True,
                  grow_subspace: bool = True, accept_probes: bool = True,
-                 sparsify: str = "rescale", shrink_steps: int = 8, cost: str = "l1",
+                 sparsification: str = "rescale", shrink_steps: int = 8, cost: str = "l1",
                  random_state: Any = None, progress: bool = True) -> None:
         self.predictor = predictor
         self.immutable = immutable
@@ -369,7 +369,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         self.probe_fallback = probe_fallback
         self.grow_subspace = grow_subspace
         self.accept_probes = accept_probes
-        self.sparsify = sparsify
+        self.sparsification = sparsification
         self.shrink_steps = shrink_steps
         self.cost = cost
         self.random_state = random_state
@@ -391,7 +391,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
                        adaptive_mu=bool(self.adaptive_mu),
                        probe_fallback=bool(self.probe_fallback),
                        grow_subspace=bool(self.grow_subspace), accept_probes=bool(self.accept_probes),
-                       sparsify=self.sparsify, cost=self.cost, **vals)
+                       sparsify=self.sparsification, cost=self.cost, **vals)
 
     def _indices(self, value: Any, name: str, d: int) -> np.ndarray:
         idx = []
