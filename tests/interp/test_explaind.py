@@ -316,3 +316,22 @@ def test_bad_input_raises_before_work(mlp_run):
     with pytest.raises(TypeError, match="X must be"):
         epk.predict(X[:2].numpy())
     torch.testing.assert_close(X, X0)
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+def test_grokking_demo_quick(tmp_path):
+    from rml_fast.interp.demos import grokking
+
+    out = tmp_path / "grok.png"
+    res = grokking.run(quick=True, progress=False, out=out)
+    assert out.is_file() and out.stat().st_size > 1000
+    assert res["p"] == 11 and len(res["windows"]) == 8
+    assert set(res["shares"]) == {"embed", "attn", "mlp", "unembed"}
+    np.testing.assert_allclose(np.sum(list(res["shares"].values()), axis=0), 1.0, atol=1e-9)
+    assert res["train_acc"][-1] >= 0.95  # the quick model memorises its training pairs
+    assert res["memorised_at"] is not None
+    assert res["update_residual"] < 1e-4  # float32 replay of torch's AdamW
+    assert res["completeness_rel_error"] < 0.05  # Q = 2 points per step
+    assert "grokking" in grokking.format_table(res)
