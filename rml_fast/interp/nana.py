@@ -459,44 +459,59 @@ class NativeNetworkAnatomy:
     # ------------------------------------------------------------------------- SCA
 
     def _prepare(self, tokens: Any, pos_ids: Any, neg_ids: Any, position: Any):
+        """Flatten the query into (batch index, position index, dW) triples of length N."""
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
             raise ValueError("tokens must be an integer torch.Tensor of shape (batch, pos)")
         B, P = tokens.shape
-        pos = torch.as_tensor(position, dtype=torch.long)
-        pos = pos.expand(B) if pos.ndim == 0 else pos
-        if pos.shape != (B,) or bool(((pos < -P) | (pos >= P)).any()):
-            raise ValueError(f"position must be an int or (batch,) ints in [-{P}, {P}), got {position!r}")
-        pos = pos % P
-        V = self.adapter.unembed().shape[1]
+        if isinstance(position, str):
+            if position != "all":
+                raise ValueError(f"position must be an int, (batch,) ints or 'all', got {position!r}")
+            shape: tuple[int, ...] = (B, P)
+            bi = torch.arange(B).repeat_interleave(P)
+            pi = torch.arange(P).repeat(B)
+        else:
+            pos = torch.as_tensor(position, dtype=torch.long)
+            pos = pos.expand(B) if pos.ndim == 0 else pos
+            if pos.shape != (B,) or bool(((pos < -P) | (pos >= P)).any()):
+                raise ValueError(
+                    f"position must be an int, (batch,) ints in [-{P}, {P}) or 'all', got {position!r}"
+                )
+            shape, bi, pi = (B,), torch.arange(B), pos % P
+        N, V = bi.shape[0], self.adapter.unembed().shape[1]
         yp = torch.as_tensor(pos_ids, dtype=torch.long)
-        yp = yp.expand(B) if yp.ndim == 0 else yp
-        if yp.shape != (B,) or bool(((yp < 0) | (yp >= V)).any()):
-            raise ValueError(f"pos_ids must be an int or (batch,) token ids in [0, {V}), got {pos_ids!r}")
+        yp = yp.expand(shape) if yp.ndim == 0 else yp
+        if tuple(yp.shape) != shape or bool(((yp < 0) | (yp >= V)).any()):
+            raise ValueError(
+                f"pos_ids must be an int or token ids in [0, {V}) of shape {shape}, got {pos_ids!r}"
+            )
         if neg_ids is None:
-            yn = torch.zeros(B, 0, dtype=torch.long)
+            yn = torch.zeros(N, 0, dtype=torch.long)
         else:
             yn = torch.as_tensor(neg_ids, dtype=torch.long)
-            yn = yn.expand(B, -1) if yn.ndim == 1 else yn.reshape(B, -1) if yn.ndim == 0 else yn
-            if yn.ndim != 2 or yn.shape[0] != B or bool(((yn < 0) | (yn >= V)).any()):
-                raise ValueError(f"neg_ids must be ids in [0, {V}) of shape (k,) or (batch, k), got {neg_ids!r}")
+            yn = yn.reshape(1) if yn.ndim == 0 else yn
+            yn = yn.expand(*shape, -1) if yn.ndim == 1 else yn
+            if tuple(yn.shape[:-1]) != shape or bool(((yn < 0) | (yn >= V)).any()):
+                raise ValueError(
+                    f"neg_ids must be ids in [0, {V}) of shape (k,) or {(*shape, 'k')}, got {neg_ids!r}"
+                )
+            yn = yn.reshape(N, -1)
         WU = self.adapter.unembed().to(self.dtype)
-        dW = WU[:, yp].T  # (B, D)
+        dW = WU[:, yp.reshape(N)].T  # (N, D)
         if yn.shape[1]:
             dW = dW - WU[:, yn].mean(-1).T
-        return tokens, pos, dW, yp, yn
+        return tokens, bi, pi, dW, shape
 
-    def _metric(self, final: torch.Tensor, pos: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
-        x = final[torch.arange(final.shape[0]), pos].to(self.dtype)
+    def _metric(self, final: torch.Tensor, bi: torch.Tensor, pi: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
+        x = final[bi, pi].to(self.dtype)
         return (x * dW).sum(-1)  # unembedding bias: constant, cancels in differences
 
-    def _direct_grad(self, rec: Any, layer: int, pos: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
-        """``g`` (B, D): the frozen-norm linear map from a write of MLP ``layer`` to the metric."""
+    def _direct_grad(self, rec: Any, layer: int, bi: torch.Tensor, pi: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
+        """``g`` (N, D): the frozen-norm linear map from a write of MLP ``layer`` to the metric."""
         norms = self.adapter.norms()
         g = dW
-        ar = torch.arange(dW.shape[0])
         for name in reversed(self.adapter.chain(layer)):
             gain, eps = norms[name]
-            x = rec.ln_in[name][ar, pos].to(self.dtype)
+            x = rec.ln_in[name][bi, pi].to(self.dtype)
             s = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
             g = g * gain.to(self.dtype) / s
             g = g - g.mean(-1, keepdim=True)
@@ -524,13 +539,13 @@ class NativeNetworkAnatomy:
         >>> tuple(nana.direct_logit_attribution(torch.tensor([[1, 2]]), 3).shape)
         (1, 1)
         """
-        tokens, pos, dW, _, _ = self._prepare(tokens, pos_ids, neg_ids, position)
+        tokens, bi, pi, dW, shape = self._prepare(tokens, pos_ids, neg_ids, position)
         ls = self._layers(layers)
         rec = self.adapter.run(tokens, ls)
-        ar = torch.arange(tokens.shape[0])
-        return torch.stack(
-            [(rec.mlp_out[lay][ar, pos].to(self.dtype) * self._direct_grad(rec, lay, pos, dW)).sum(-1)
+        out = torch.stack(
+            [(rec.mlp_out[lay][bi, pi].to(self.dtype) * self._direct_grad(rec, lay, bi, pi, dW)).sum(-1)
              for lay in ls], 1)  # fmt: skip
+        return out.reshape(*shape, len(ls))
 
     def sca(
         self,
@@ -555,9 +570,10 @@ class NativeNetworkAnatomy:
         Parameters
         ----------
         tokens : LongTensor of shape (B, P)
-        pos_ids : int or LongTensor of shape (B,)
-        neg_ids : None, sequence of int (k,) or LongTensor of shape (B, k), default=None
-        position : int or LongTensor of shape (B,), default=-1
+        pos_ids : int or LongTensor of shape (B,) (``position="all"``: (B, P), e.g. next tokens)
+        neg_ids : None, sequence of int (k,) or LongTensor of shape (B, k) (or (B, P, k))
+        position : int, LongTensor of shape (B,) or "all", default=-1
+            Where the metric is read; ``"all"`` scores every position (all ``B*P`` tokens).
         mode : {"direct", "ablate"}, default="direct"
         kind : {"mlp_out", "mlp_in"}, default="mlp_out"
         layers : int, sequence of int or None
@@ -568,8 +584,8 @@ class NativeNetworkAnatomy:
 
         Returns
         -------
-        Tensor of shape (B, n_layers, n_units)
-            (and the bias term (B, n_layers) when ``return_bias``).
+        Tensor of shape (B, n_layers, n_units) (``position="all"``: (B, P, n_layers, n_units))
+            (and the bias term (B, n_layers) / (B, P, n_layers) when ``return_bias``).
 
         Examples
         --------
@@ -582,6 +598,9 @@ class NativeNetworkAnatomy:
         >>> ablate = nana.sca(t, pos_ids=4, neg_ids=[0], mode="ablate")
         >>> tuple(direct.shape), tuple(ablate.shape)
         ((1, 1, 8), (1, 1, 8))
+        >>> every = nana.sca(t[:, :2], pos_ids=t[:, 1:], position="all")  # next-token logits
+        >>> tuple(every.shape)
+        (1, 2, 1, 8)
         """
         if mode not in ("direct", "ablate"):
             raise ValueError(f"mode must be 'direct' or 'ablate', got {mode!r}")
@@ -592,32 +611,32 @@ class NativeNetworkAnatomy:
         chunk = int(check_scalar(chunk, "chunk", Interval("int", 1, None)))
         ls = self._layers(layers)
         banks = [self._bank(lay, kind) for lay in ls]
-        tokens, pos, dW, _, _ = self._prepare(tokens, pos_ids, neg_ids, position)
+        tokens, bi, pi, dW, shape = self._prepare(tokens, pos_ids, neg_ids, position)
         B = tokens.shape[0]
-        ar = torch.arange(B)
         rec = self.adapter.run(tokens, ls)
         if mode == "direct":
             out, bias = [], []
             for lay, bank in zip(ls, banks, strict=True):
-                g = self._direct_grad(rec, lay, pos, dW)  # (B, D)
-                h = rec.post[lay][ar, pos].to(self.dtype)  # (B, F)
+                g = self._direct_grad(rec, lay, bi, pi, dW)  # (N, D)
+                h = rec.post[lay][bi, pi].to(self.dtype)  # (N, F)
                 out.append((h @ bank.U.T) * bank.S * (g @ bank.V.T))
                 bias.append(g @ self.adapter.mlp(lay).b_out.to(self.dtype))
-            scores = torch.stack(out, 1)
-            return (scores, torch.stack(bias, 1)) if return_bias else scores
-        base = self._metric(rec.final, pos, dW)
+            scores = torch.stack(out, 1).reshape(*shape, len(ls), -1)
+            return (scores, torch.stack(bias, 1).reshape(*shape, len(ls))) if return_bias else scores
+        base = self._metric(rec.final, bi, pi, dW)
         res = []
         for lay, bank in zip(ls, banks, strict=True):
-            deltas = self._unit_deltas(rec, lay, bank)  # (r, B, P, D) generator by chunk
+            deltas = self._unit_deltas(rec, lay, bank)
             vals = []
-            for d in deltas(chunk):
+            for d in deltas(chunk):  # (n, B, P, D): n units' removals, batched
                 n = d.shape[0]
-                rep = tokens.repeat(n, 1)
                 flat = d.reshape(n * B, *d.shape[2:])
-                r2 = self.adapter.run(rep, [], {lay: lambda y, f=flat: y - f.to(y.dtype)})
-                vals.append(base.repeat(n) - self._metric(r2.final, pos.repeat(n), dW.repeat(n, 1)))
-            res.append(torch.cat(vals).reshape(-1, B).T)
-        return torch.stack(res, 1)
+                r2 = self.adapter.run(tokens.repeat(n, 1), [], {lay: lambda y, f=flat: y - f.to(y.dtype)})
+                rows = (torch.arange(n)[:, None] * B + bi[None]).reshape(-1)
+                ablated = self._metric(r2.final, rows, pi.repeat(n), dW.repeat(n, 1))
+                vals.append((base.repeat(n) - ablated).reshape(n, -1).T)
+            res.append(torch.cat(vals, 1))
+        return torch.stack(res, 1).reshape(*shape, len(ls), -1)
 
     def _unit_deltas(self, rec: Any, layer: int, bank: DEUBank):
         """Yields chunks (n, B, P, D) of ``mlp_out - mlp_out(unit removed)``."""

@@ -154,6 +154,18 @@ def test_transformer_lens_adapter_matches_zoo_and_tl_dla():
     torch.testing.assert_close(sb.sum(-1) + bb, ref.T, atol=1e-5, rtol=1e-4)
 
 
+def test_all_positions_equal_per_position_calls():
+    model, tokens = _zoo(), _tokens()
+    nana = NativeNetworkAnatomy(model, rank=12).fit()
+    nxt = torch.roll(tokens, -1, 1)
+    for mode in ("direct", "ablate"):
+        every = nana.sca(tokens, nxt, [0, 1], position="all", mode=mode, chunk=5)
+        assert every.shape == (3, 7, 2, 12)
+        for p in (0, 4, 6):
+            one = nana.sca(tokens, nxt[:, p], [0, 1], position=p, mode=mode)
+            torch.testing.assert_close(every[:, p], one, atol=1e-7, rtol=1e-6)
+
+
 def test_ablate_mode_equals_direct_on_linear_last_layer():
     """Without norms, removing a unit of the last MLP changes L by exactly its direct SCA."""
     model, tokens = _zoo(ln=False), _tokens()
