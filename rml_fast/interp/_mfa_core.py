@@ -114,11 +114,17 @@ def em_step(
     *,
     psi_floor: float,
     chunk: int,
+    variant: str = "aecm",
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One exact EM iteration (Ghahramani & Hinton 1996, augmented loadings ``[W_k, μ_k]``).
+    """One EM iteration; returns the total log-likelihood of the *incoming* parameters and the
+    updated ``(means, W, psi, weights)``.
 
-    Returns the total log-likelihood of the *incoming* parameters and the updated
-    ``(means, W, psi, weights)``.
+    ``variant="augmented"``: Ghahramani & Hinton (1996), one M-step for the augmented loadings
+    ``W̃_k = [W_k, μ_k]``. ``variant="aecm"``: the same E pass, then ``μ_k`` = the
+    responsibility-weighted mean (exact maximiser with ``z`` integrated out), the factor
+    posterior moved to the new mean (``E[z] − M⁻¹WᵀΨ⁻¹ δμ``, exact, no second pass), then
+    ``W_k``, ``Ψ`` for the centred data. Each step raises the free energy, so the
+    log-likelihood is monotone for both; ``aecm`` moves the means much faster.
     """
     N, D = X.shape
     K, _, q = W.shape
@@ -129,7 +135,7 @@ def em_step(
     Sxz = np.zeros((D, K * q))
     Sz = np.zeros((K, q))
     Szz = np.zeros((K, q, q))
-    Sxx = np.zeros((K, D)) if per_comp else np.zeros(D)
+    Sxx = np.zeros((K, D))
     total = 0.0
     for s in range(0, N, chunk):
         Xc = X[s:s + chunk]
@@ -140,36 +146,55 @@ def em_step(
         R = np.exp(lp - lse[:, None])
         Nk += R.sum(axis=0)
         Sx += R.T @ Xc
-        if per_comp:
-            Sxx += R.T @ (Xc * Xc)
-        else:
-            Sxx += (Xc * Xc).sum(axis=0)
+        Sxx += R.T @ (Xc * Xc)
         if q > 0:
             Ez = posterior_mean(U, P)
             REz = R[:, :, None] * Ez
             Sxz += Xc.T @ REz.reshape(n, K * q)
             Sz += REz.sum(axis=0)
             Szz += np.matmul(REz.transpose(1, 2, 0), Ez.transpose(1, 0, 2))
-    # M-step: W̃_k = S_k G_k⁻¹ with S_k = [Σα x Ezᵀ, Σα x], G_k = Σα E[z̃ z̃ᵀ]
-    S = np.concatenate([Sxz.reshape(D, K, q).transpose(1, 0, 2), Sx[:, :, None]], axis=2)
-    G = np.zeros((K, q + 1, q + 1))
-    if q > 0:
-        G[:, :q, :q] = Szz + Nk[:, None, None] * posterior_cov(P)
-        G[:, :q, q] = Sz
-        G[:, q, :q] = Sz
-    G[:, q, q] = Nk
+    Sxz3 = Sxz.reshape(D, K, q).transpose(1, 0, 2)  # (K, D, q)
     alive = Nk > 1e-10 * N
-    Wt = np.concatenate([W, means[:, :, None]], axis=2)
-    if alive.any():
-        Wt[alive] = np.linalg.solve(G[alive], S[alive].transpose(0, 2, 1)).transpose(0, 2, 1)
-    explained = (Wt * S).sum(axis=2)  # (K, D): diag(W̃_k S_kᵀ)
+    Minv = posterior_cov(P)
+    if variant == "augmented":
+        S = np.concatenate([Sxz3, Sx[:, :, None]], axis=2)  # [Σα x Ezᵀ, Σα x]
+        G = np.zeros((K, q + 1, q + 1))
+        if q > 0:
+            G[:, :q, :q] = Szz + Nk[:, None, None] * Minv
+            G[:, :q, q] = Sz
+            G[:, q, :q] = Sz
+        G[:, q, q] = Nk
+        Wt = np.concatenate([W, means[:, :, None]], axis=2)
+        if alive.any():
+            Wt[alive] = np.linalg.solve(G[alive], S[alive].transpose(0, 2, 1)).transpose(0, 2, 1)
+        explained = (Wt * S).sum(axis=2)  # (K, D): diag(W̃_k S_kᵀ)
+        resid = Sxx - explained
+        new_mu, new_W = Wt[:, :, q].copy(), Wt[:, :, :q].copy()
+    else:
+        new_mu = means.copy()
+        new_mu[alive] = Sx[alive] / Nk[alive, None]
+        new_W = W.copy()
+        # Σα (x−μ)² per coordinate, at the new (weighted-mean) μ
+        resid = Sxx - Nk[:, None] * new_mu * new_mu
+        if q > 0:
+            Bk = P.B.reshape(D, K, q).transpose(1, 0, 2)
+            g = np.einsum("kji,kj->ki", P.Linv, np.einsum("kdq,kd->kq", Bk, new_mu - means))
+            Sz_n = Sz - Nk[:, None] * g
+            Szz_n = (Szz - Sz[:, :, None] * g[:, None, :] - g[:, :, None] * Sz[:, None, :]
+                     + Nk[:, None, None] * g[:, :, None] * g[:, None, :])
+            Syz = Sxz3 - Sx[:, :, None] * g[:, None, :] - new_mu[:, :, None] * Sz_n[:, None, :]
+            G = Szz_n + Nk[:, None, None] * Minv
+            if alive.any():
+                new_W[alive] = np.linalg.solve(
+                    G[alive], Syz[alive].transpose(0, 2, 1)).transpose(0, 2, 1)
+            resid = resid - (new_W * Syz).sum(axis=2)
     if per_comp:
         new_psi = psi.copy()
-        new_psi[alive] = (Sxx[alive] - explained[alive]) / Nk[alive, None]
+        new_psi[alive] = resid[alive] / Nk[alive, None]
     else:
-        new_psi = (Sxx - explained[alive].sum(axis=0)) / N
+        new_psi = resid[alive].sum(axis=0) / N
     new_psi = np.maximum(new_psi, psi_floor)
-    return total, Wt[:, :, q].copy(), Wt[:, :, :q].copy(), new_psi, Nk / N
+    return total, new_mu, new_W, new_psi, Nk / N
 
 
 def kmeans_init(
