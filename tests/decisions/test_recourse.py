@@ -23,7 +23,6 @@ from scipy.optimize import linprog
 from sklearn.datasets import load_breast_cancer, load_wine
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
-from sklearn.preprocessing import StandardScaler
 
 from rml_fast.decisions.icl_predictor import AttentionICL
 from rml_fast.decisions.recourse import AdaptiveSubspaceRecourse, as_predict_proba, asr_recourse
@@ -134,7 +133,7 @@ def test_query_count_is_exact_and_budget_respected(bc):
 
 
 def test_multiclass_random_forest_with_all_constraint_kinds(wine_rf):
-    X, y, rf = wine_rf
+    X, _, rf = wine_rf
     pred = rf.predict(X)
     Xq = X[pred == 0][:10]
     est = AdaptiveSubspaceRecourse(
