@@ -20,7 +20,7 @@ FEATURES = (
 N_FEATURES = len(FEATURES)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", fastmath=True)
 def _sqdist(H: np.ndarray, i: int, j: int) -> float:
     s = 0.0
     for k in range(H.shape[1]):
@@ -29,38 +29,43 @@ def _sqdist(H: np.ndarray, i: int, j: int) -> float:
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
 def _one_trace(H: np.ndarray, a: int, b: int, out: np.ndarray) -> None:
-    """Features of the trajectory ``H[a:b]`` (T = b - a >= 3) into ``out`` (N_FEATURES,)."""
+    """Features of the trajectory ``H[a:b]`` (T = b - a >= 3) into ``out`` (N_FEATURES,).
+
+    One pass over the rows: each velocity is formed once, kept for the next turning angle.
+    """
     T = b - a
     d = H.shape[1]
-    disp = math.sqrt(_sqdist(H, b - 1, a))
+    prev = np.empty(d)
+    cur = np.empty(d)
     path = 0.0
-    for t in range(a, b - 1):
-        path += math.sqrt(_sqdist(H, t + 1, t))
     sum_th = 0.0
     sum_th2 = 0.0
     rev = 0
-    for t in range(a, b - 2):
+    n_prev = 0.0
+    for t in range(a, b - 1):
+        n_cur = 0.0
         dot = 0.0
-        n1 = 0.0
-        n2 = 0.0
         for k in range(d):
-            v1 = float(H[t + 1, k]) - float(H[t, k])
-            v2 = float(H[t + 2, k]) - float(H[t + 1, k])
-            dot += v1 * v2
-            n1 += v1 * v1
-            n2 += v2 * v2
-        if n1 > 0.0 and n2 > 0.0:
-            c = dot / math.sqrt(n1 * n2)
-            c = min(1.0, max(-1.0, c))
-            th = math.acos(c)
-        else:
-            th = 0.0
-        sum_th += th
-        sum_th2 += th * th
-        if th > 0.5 * math.pi:
-            rev += 1
+            v = float(H[t + 1, k]) - float(H[t, k])
+            cur[k] = v
+            n_cur += v * v
+            dot += v * prev[k]
+        path += math.sqrt(n_cur)
+        if t > a:
+            if n_prev > 0.0 and n_cur > 0.0:
+                c = min(1.0, max(-1.0, dot / math.sqrt(n_prev * n_cur)))
+                th = math.acos(c)
+            else:
+                th = 0.0
+            sum_th += th
+            sum_th2 += th * th
+            if th > 0.5 * math.pi:
+                rev += 1
+        prev, cur = cur, prev
+        n_prev = n_cur
+    disp = math.sqrt(_sqdist(H, b - 1, a))
     n_turn = T - 2
     mean_th = sum_th / n_turn
     var_th = max(sum_th2 / n_turn - mean_th * mean_th, 0.0)
