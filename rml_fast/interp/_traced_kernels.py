@@ -40,8 +40,9 @@ def _one_trace(H: np.ndarray, a: int, b: int, out: np.ndarray) -> None:
     prev = np.empty(d)
     cur = np.empty(d)
     path = 0.0
-    sum_th = 0.0
-    sum_th2 = 0.0
+    n_th = 0
+    mean_th = 0.0
+    m2 = 0.0
     rev = 0
     n_prev = 0.0
     for t in range(a, b - 1):
@@ -59,16 +60,17 @@ def _one_trace(H: np.ndarray, a: int, b: int, out: np.ndarray) -> None:
                 th = math.acos(c)
             else:
                 th = 0.0
-            sum_th += th
-            sum_th2 += th * th
+            n_th += 1  # Welford: the variance without cancellation
+            delta = th - mean_th
+            mean_th += delta / n_th
+            m2 += delta * (th - mean_th)
             if th > 0.5 * math.pi:
                 rev += 1
         prev, cur = cur, prev
         n_prev = n_cur
     disp = math.sqrt(_sqdist(H, b - 1, a))
     n_turn = T - 2
-    mean_th = sum_th / n_turn
-    var_th = max(sum_th2 / n_turn - mean_th * mean_th, 0.0)
+    var_th = max(m2 / n_turn, 0.0)
     out[0] = disp / path if path > 0.0 else 0.0
     out[1] = math.log(disp) if disp > 0.0 else -math.inf
     out[2] = disp / (T - 1)  # mean of p_t = <v_t, e>: the projections telescope to the displacement
