@@ -41,6 +41,7 @@ class _Config:
     adaptive_mu: bool
     probe_fallback: bool
     grow_subspace: bool
+    polish: bool
     accept_probes: bool
     sparsify: str
     shrink_steps: int
@@ -90,6 +91,7 @@ def _cost_grad(z: np.ndarray, kind: str) -> np.ndarray:
 class _Outcome:
     z_best: np.ndarray | None = None
     cost_best: float = np.inf
+    margin_best: float = np.nan
     status: str = "budget_exhausted"
     n_queries: int = 0
     trace: list[float] = field(default_factory=list)
@@ -141,6 +143,7 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
             i = int(np.argmin(c))
             if c[i] < out.cost_best:
                 out.cost_best, out.z_best = float(c[i]), zs[ok][i].copy()
+                out.margin_best = float(mg[ok][i])
                 out.status = "found"
         return mg, ok
 
@@ -179,7 +182,7 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
         moved = np.abs(zs[np.arange(A.size), A] - z[A])
         ema = np.where(moved > 0, np.abs(mg - mg_cur) / np.maximum(moved, 1e-300), 0.0)
         if cfg.accept_probes and ok.any():
-            yield from _postprocess(space, desired, cfg, out, note, lambda: left)
+            yield from _postprocess(space, desired, cfg, out, note, lambda: left, A)
             return
     order = np.argsort(-ema + 1e-9 * rng.random(A.size), kind="stable")
     J = np.sort(order[:s])  # positions into A
@@ -253,7 +256,7 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
                 J = np.sort(np.append(J[weakest != J], rng.choice(fresh)))
             explored[J] = True
     if out.z_best is not None:
-        yield from _postprocess(space, desired, cfg, out, note, lambda: left)
+        yield from _postprocess(space, desired, cfg, out, note, lambda: left, A[J])
 
 
 def _widen(J: np.ndarray, mu: float, cfg: _Config, n_act: int,
@@ -265,8 +268,9 @@ def _widen(J: np.ndarray, mu: float, cfg: _Config, n_act: int,
     return np.sort(np.append(J, rng.choice(rest))), mu
 
 
-def _postprocess(space, desired, cfg, out, note, budget_left) -> Query:
-    """Shrink toward ``x``, sparsify (reset coordinates, optionally re-scaling the rest), shrink."""
+def _postprocess(space, desired, cfg, out, note, budget_left, coords) -> Query:
+    """Shrink toward ``x``, sparsify (reset coordinates, optionally re-scaling the rest),
+    polish (closest point of the linearised boundary), shrink."""
     yield from _shrink(space, out.z_best, 0.0, 1.0, cfg, out, note, budget_left)
     zb = out.z_best
     if cfg.sparsify != "off":
@@ -282,7 +286,48 @@ def _postprocess(space, desired, cfg, out, note, budget_left) -> Query:
             if ok[0] or cfg.sparsify != "rescale":
                 continue
             yield from _rescale(space, cand, cfg, out, note, budget_left)
+    if cfg.polish:
+        yield from _polish(space, cfg, out, note, budget_left, coords)
     yield from _shrink(space, out.z_best, 0.0, 1.0, cfg, out, note, budget_left)
+
+
+def _polish(space, cfg, out, note, budget_left, coords) -> Query:
+    """One boundary projection: forward differences of the margin at the best point ``z``
+    (coordinates ``coords`` and the changed ones), then the cheapest point of the linearised
+    boundary ``{u : m(z) + g.(u - z) = 0}`` (l2: ``u = ((g.z - m)/||g||^2) g``; l1: one
+    coordinate, ``u = ((g.z - m)/g_j) e_j`` with the largest ``|g_j|``), scaled by
+    1.001 / 1.02 / 1.1 until valid."""
+    z, m0 = out.z_best.copy(), out.margin_best
+    C = np.intersect1d(np.union1d(coords, np.flatnonzero(z)), space.actionable)
+    if not np.isfinite(m0) or C.size == 0 or budget_left() < C.size + 1:
+        return
+    h = 0.01
+    zs = np.repeat(z[None], C.size, axis=0)
+    up = np.minimum(z[C] + h, space.zhi[C])
+    down = np.maximum(z[C] - h, space.zlo[C])
+    zs[np.arange(C.size), C] = np.where(up - z[C] >= z[C] - down, up, down)
+    zs = np.array([space.project(r) for r in zs])
+    proba = yield np.array([space.point(r) for r in zs])
+    mg, _ = note(zs, proba)
+    moved = zs[np.arange(C.size), C] - z[C]
+    g = np.where(moved != 0, (mg - m0) / np.where(moved != 0, moved, 1.0), 0.0)
+    if not np.any(g):
+        return
+    rhs = float(g @ z[C] - m0)  # the linearised boundary: g.u = rhs on the coordinates C
+    u = np.zeros_like(z)
+    if cfg.cost == "l2":
+        u[C] = rhs / float(g @ g) * g
+    else:
+        j = int(np.argmax(np.abs(g)))
+        u[C[j]] = rhs / g[j]
+    for f in (1.001, 1.02, 1.1):
+        cand = space.project(f * u)
+        if budget_left() < 1 or cost_of(cand, cfg.cost) >= out.cost_best:
+            return
+        proba = yield space.point(cand)[None]
+        _, ok = note(cand[None], proba)
+        if ok[0]:
+            return
 
 
 def _rescale(space, cand, cfg, out, note, budget_left) -> Query:

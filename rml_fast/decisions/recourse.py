@@ -250,14 +250,14 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         ``s``, the number of coordinates moved at a time.
     n_directions : int, default=4
         ``q``, probes per gradient estimate (queries per step: ``q + 1``).
-    mu : float, default=0.05
-        Probe radius in MAD units.
+    mu : float, default=0.1
+        Probe radius in MAD units (the spec's 0.05 works too; 0.1 saves queries on trees).
     mu_max : float, default=4.0
         PROPOSED: largest radius of the adaptive widening (see ``adaptive_mu``).
     init_step : float, default=0.2
         PROPOSED: the step ``h`` (MAD units) of the one-sided coordinate differences.
-    lr : float, default=0.1
-        Step size (MAD units).
+    lr : float, default=0.3
+        Initial step size (MAD units; the spec's 0.1 with ``step_rule="decay"``).
     lr_decay : float, default=0.99
         Per-step decay of ``lr`` under ``step_rule="decay"``.
     lam : float, default=0.1
@@ -299,7 +299,13 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         "reset" sets one to 0 if the point stays valid (1 query, the paper's rule);
         "rescale" (PROPOSED) otherwise also tries the remaining move scaled up to the
         current cost (bisection) and keeps it if cheaper.
-    shrink_steps : int, default=8
+    polish : bool, default=True
+        PROPOSED: after sparsifying, one boundary projection: forward differences of the
+        margin at the best point (one query per coordinate of the subspace and the changed
+        ones), then the cheapest point of the linearised decision boundary (l2: along the
+        gradient; l1: the single coordinate of largest gradient), queried at 1.001, 1.02 and
+        1.1 times until valid and kept if cheaper (exact for a linear margin).
+    shrink_steps : int, default=6
         PROPOSED: bisection steps on the scale of the final move toward ``x`` (0 disables).
     cost : {"l1", "l2"}, default="l1"
         ``sum_j |delta_j| / MAD_j`` or ``||delta / MAD||_2``.
@@ -335,14 +341,15 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
     def __init__(self, predictor: Any = None, *, immutable: Sequence[int] = (),
                  monotone: dict[int, str] | None = None, bounds: Any = None,
                  integer: Sequence[int] = (), n_classes: int | None = None,
-                 subspace_dim: int = 3, n_directions: int = 4, mu: float = 0.05,
-                 mu_max: float = 4.0, init_step: float = 0.2, lr: float = 0.1, lr_decay: float = 0.99,
+                 subspace_dim: int = 3, n_directions: int = 4, mu: float = 0.1,
+                 mu_max: float = 4.0, init_step: float = 0.2, lr: float = 0.3,
+                 lr_decay: float = 0.99,
                  lam: float = 0.1, margin: float = 0.1, max_queries: int = 200,
                  refresh: int = 5, explore: float = 0.2, init: str = "auto",
                  directions: str = "orthogonal", step_rule: str = "adaptive",
                  adaptive_mu: bool = True, probe_fallback: bool = True,
                  grow_subspace: bool = True, accept_probes: bool = True,
-                 sparsification: str = "rescale", shrink_steps: int = 8, cost: str = "l1",
+                 sparsification: str = "rescale", polish: bool = True, shrink_steps: int = 6, cost: str = "l1",
                  random_state: Any = None, progress: bool = True) -> None:
         self.predictor = predictor
         self.immutable = immutable
@@ -370,6 +377,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         self.grow_subspace = grow_subspace
         self.accept_probes = accept_probes
         self.sparsification = sparsification
+        self.polish = polish
         self.shrink_steps = shrink_steps
         self.cost = cost
         self.random_state = random_state
@@ -383,14 +391,15 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
             if getattr(self, name) not in options:
                 raise ValueError(f"{name} must be one of {options}, got {getattr(self, name)!r}")
         for name in ("adaptive_mu", "probe_fallback", "grow_subspace", "accept_probes",
-                     "progress"):
+                     "polish", "progress"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         vals.pop("max_queries")
         return _Config(init=self.init, directions=self.directions, step_rule=self.step_rule,
                        adaptive_mu=bool(self.adaptive_mu),
                        probe_fallback=bool(self.probe_fallback),
-                       grow_subspace=bool(self.grow_subspace), accept_probes=bool(self.accept_probes),
+                       grow_subspace=bool(self.grow_subspace), polish=bool(self.polish),
+                       accept_probes=bool(self.accept_probes),
                        sparsify=self.sparsification, cost=self.cost, **vals)
 
     def _indices(self, value: Any, name: str, d: int) -> np.ndarray:
