@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad, jacrev, jvp, vmap
 
-
 _FWAD_READY = False
 
 
@@ -85,38 +84,6 @@ class Funcs:
         """d f / d theta of shape (R, P)."""
         return jacrev(lambda th: self.outputs(th, X, select), chunk_size=chunk)(theta)
 
-    def phi(self, theta0, dtheta, X, select, n_quad: int, chunk: int | None) -> torch.Tensor:
-        """Midpoint-rule path integral of the Jacobian along the step, (R, P).
-
-        The ``n_quad`` points are evaluated in one vmapped call (in chunks of ``chunk``
-        points where given), which removes most of the per-call overhead of torch.func.
-        """
-        t = (torch.arange(n_quad, dtype=theta0.dtype) + 0.5) / n_quad
-        points = theta0 + t[:, None] * dtheta  # (Q, P)
-        jac = jacrev(lambda th: self.outputs(th, X, select))
-        try:
-            Js = vmap(jac, chunk_size=chunk)(points)  # (Q, R, P)
-            return Js.mean(0)
-        except RuntimeError:  # models with data-dependent control flow on parameters
-            acc = None
-            for q in range(n_quad):
-                J = jac(points[q])
-                acc = J if acc is None else acc.add_(J)
-            assert acc is not None
-            return acc.div_(n_quad)
-
-    def path_jvp(self, theta0, dtheta, tangents, X, select, n_quad: int) -> torch.Tensor:
-        """``phi_s @ tangents.T`` without forming phi: (R, K) for tangents (K, P)."""
-        _prepare_forward_ad()
-        acc = None
-        for q in range(n_quad):
-            point = theta0 + ((q + 0.5) / n_quad) * dtheta
-            cols = [jvp(lambda th: self.outputs(th, X, select), (point,), (t,))[1] for t in tangents]
-            val = torch.stack(cols, 1)
-            acc = val if acc is None else acc + val
-        assert acc is not None
-        return acc / n_quad
-
     def per_sample_grads(self, theta, Xb, yb, chunk: int | None) -> torch.Tensor:
         """Per-sample gradients of the loss (B, P); vmap, or a loop where vmap is unsupported."""
 
@@ -150,6 +117,100 @@ class Funcs:
     def batch_grad(self, theta, Xb, yb) -> torch.Tensor:
         """Gradient of the mean batch loss (P,)."""
         return torch.func.grad(lambda th: self.losses(th, Xb, yb).mean())(theta)
+
+    # --- step blocks: one vmapped call for several logged steps ------------------------
+
+    def phi_block(self, th_prev, dth, X, select, n_quad: int, chunk: int | None) -> torch.Tensor:
+        """``phi_s`` of ``b`` steps at once: (b, R, P) from (b, P) starts and updates."""
+        b, P = th_prev.shape
+        t = (torch.arange(n_quad, dtype=th_prev.dtype) + 0.5) / n_quad
+        points = (th_prev[:, None, :] + t[None, :, None] * dth[:, None, :]).reshape(b * n_quad, P)
+        jac = jacrev(lambda th: self.outputs(th, X, select))
+        try:
+            Js = vmap(jac, chunk_size=chunk)(points)
+        except RuntimeError:
+            Js = torch.stack([jac(pt) for pt in points])
+        return Js.view(b, n_quad, -1, P).mean(1)
+
+    def jvp_block(self, th_prev, dth, tangents, X, select, n_quad: int) -> torch.Tensor:
+        """``phi_s @ tangents_s.T`` of ``b`` steps without forming phi: (b, R, K)."""
+        _prepare_forward_ad()
+        b, K, P = tangents.shape
+        t = (torch.arange(n_quad, dtype=th_prev.dtype) + 0.5) / n_quad
+        points = (th_prev[:, None, :] + t[None, :, None] * dth[:, None, :]).reshape(b * n_quad, P)
+        tans = tangents.repeat_interleave(n_quad, dim=0)  # (b*Q, K, P)
+
+        def f(th):
+            return self.outputs(th, X, select)
+
+        def one(pt, tk):
+            return vmap(lambda tt: jvp(f, (pt,), (tt,))[1])(tk)  # (K, R)
+
+        try:
+            vals = vmap(one)(points, tans)
+        except RuntimeError:
+            vals = torch.stack([torch.stack([jvp(f, (pt,), (tt,))[1] for tt in tk])
+                                for pt, tk in zip(points, tans, strict=True)])  # fmt: skip
+        return vals.view(b, n_quad, K, -1).mean(1).transpose(1, 2)
+
+    def dots_block(self, S, thetas, batches, train, mode: str, chunk: int | None) -> list:
+        """``S_s @ G_s.T`` for ``b`` steps: a list of (R, |B_s|) for S (b, R, P) and the
+        per-sample gradients ``G_s`` of batch ``B_s`` at ``thetas[s]``."""
+        Xtr, ytr = train
+        b = len(batches)
+        same_len = len({len(bi) for bi in batches}) == 1
+        identical = same_len and all(torch.equal(bi, batches[0]) for bi in batches)
+        if mode == "jvp":
+            _prepare_forward_ad()
+
+            def dd(th, t, xb, yb):
+                return jvp(lambda p: self.losses(p, xb, yb), (th,), (t,))[1]
+
+            try:
+                if identical:  # e.g. full batch: the data are not batched over steps
+                    xb, yb = Xtr[batches[0]], ytr[batches[0]]
+                    out = vmap(lambda th, Ss: vmap(lambda t: dd(th, t, xb, yb), chunk_size=chunk)(Ss))(thetas, S)
+                    return list(out)
+                if same_len:
+                    xb = torch.stack([Xtr[bi] for bi in batches])
+                    yb = torch.stack([ytr[bi] for bi in batches])
+                    out = vmap(lambda th, Ss, x, y: vmap(lambda t: dd(th, t, x, y), chunk_size=chunk)(Ss))(
+                        thetas, S, xb, yb)  # fmt: skip
+                    return list(out)
+            except RuntimeError:
+                pass
+            return [self.grad_dots(S[i], thetas[i], Xtr[batches[i]], ytr[batches[i]], "jvp", chunk)
+                    for i in range(b)]  # fmt: skip
+        if same_len:
+
+            def one(th, x, y):
+                return self.losses(th, x.unsqueeze(0), y.unsqueeze(0))[0]
+
+            xb = torch.stack([Xtr[bi] for bi in batches])
+            yb = torch.stack([ytr[bi] for bi in batches])
+            try:
+                G = vmap(vmap(grad(one), in_dims=(None, 0, 0), chunk_size=chunk))(thetas, xb, yb)
+                return list(torch.bmm(S, G.transpose(1, 2)))
+            except RuntimeError:
+                pass
+        return [self.grad_dots(S[i], thetas[i], Xtr[batches[i]], ytr[batches[i]], "per_sample", chunk)
+                for i in range(b)]  # fmt: skip
+
+    def grads_block(self, thetas, batches, train, chunk: int | None) -> list:
+        """Per-sample gradients (|B_s|, P) of ``b`` steps."""
+        Xtr, ytr = train
+        if len({len(bi) for bi in batches}) == 1:
+
+            def one(th, x, y):
+                return self.losses(th, x.unsqueeze(0), y.unsqueeze(0))[0]
+
+            xb = torch.stack([Xtr[bi] for bi in batches])
+            yb = torch.stack([ytr[bi] for bi in batches])
+            try:
+                return list(vmap(vmap(grad(one), in_dims=(None, 0, 0), chunk_size=chunk))(thetas, xb, yb))
+            except RuntimeError:
+                pass
+        return [self.per_sample_grads(thetas[i], Xtr[bi], ytr[bi], chunk) for i, bi in enumerate(batches)]
 
 
 @dataclass
@@ -187,15 +248,18 @@ def run_pass(
     explicit: bool,
     train_grad: str,
     chunk: int | None,
+    block: int | None,
     progress: bool,
 ) -> PassResult:
-    """One pass over steps 1..N (``order="forward"``) or N..1 (``"reverse"``)."""
+    """One pass over steps 1..N (``order="forward"``) or N..1 (``"reverse"``), in blocks of
+    steps whose Jacobians and gradients are computed by one vmapped call each."""
     from tqdm.auto import tqdm
 
     N = hist.n_steps
     beta1, beta2 = hist.betas
     eps = hist.eps
     flat = funcs.flat
+    P = flat.P
     f0 = funcs.outputs(hist.theta_flat(0), X, select).detach()
     fN = funcs.outputs(hist.theta_flat(N), X, select).detach()
     R = f0.numel()
@@ -205,9 +269,9 @@ def run_pass(
     decay_inf = torch.zeros(N, R, dtype=dt)
     res = PassResult(f0, fN, step_inf, decay_inf)
     want_data = train is not None
+    M = 0
     if want_data:
-        Xtr, ytr = train
-        M = len(ytr)
+        M = len(train[1])
         res.data = torch.zeros(R, M, dtype=dt)
         if by_step:
             res.data_by_step = torch.zeros(N, R, M, dtype=dt)
@@ -215,8 +279,8 @@ def run_pass(
     if group_ids is not None:
         res.component = torch.zeros(W, n, n_groups, dtype=dt)
     if keep_params:
-        res.params = torch.zeros(W, n, flat.P, dtype=dt)
-    signed_acc: dict[int, torch.Tensor] = {}  # abs_mode "total": per-window signed sums
+        res.params = torch.zeros(W, n, P, dtype=dt)
+    signed_acc: dict[int, torch.Tensor] = {}  # abs_mode "total"/"signed": per-window sums
     S_rev = None  # reverse pass accumulator (R, P)
     mom = None  # forward pass per-sample momentum buffer (M, P)
 
@@ -227,66 +291,86 @@ def run_pass(
         per = buf.abs().sum(1) if abs_mode == "total" else buf.sum(1)  # (n, P)
         _add_param_scores(res, w, per, group_ids)
 
-    steps = range(1, N + 1) if order == "forward" else range(N, 0, -1)
+    steps = list(range(1, N + 1)) if order == "forward" else list(range(N, 0, -1))
+    if block is None:  # about 256 MB of Jacobians, gradients and accumulators per block
+        B_max = max((len(hist.row(s)[4]) for s in steps[:1]), default=1)
+        per_step = (quad(N) * R + 2 * R + (B_max if want_data else 0)) * P * f0.element_size()
+        block = int(max(1, min(64, (256 * 2**20) // max(per_step, 1))))
+    blocks: list[list[int]] = []
+    for s in steps:
+        if blocks and len(blocks[-1]) < block and quad(blocks[-1][-1]) == quad(s):
+            blocks[-1].append(s)
+        else:
+            blocks.append([s])
     current_w = None
-    for s in tqdm(steps, desc="ExPLAIND", disable=not progress, leave=False):
-        th_prev = hist.theta_flat(s - 1)
-        th_s, v_s, lr_t, wd_t, batch = hist.row(s)
-        lr = flat.expand(lr_t).to(dt)
-        wd = flat.expand(wd_t).to(dt)
+    bar = tqdm(total=N, desc="ExPLAIND", disable=not progress, leave=False)
+    for blk in blocks:
+        rows = [hist.row(s) for s in blk]
+        th_prev = torch.stack([hist.theta_flat(s - 1) for s in blk])
+        th_s = torch.stack([r[0] for r in rows])
+        lr = torch.stack([flat.expand(r[2]) for r in rows]).to(dt)
+        wd = torch.stack([flat.expand(r[3]) for r in rows]).to(dt)
+        batches = [r[4] for r in rows]
         dth = th_s - th_prev
-        dec = -lr * wd * th_prev  # the weight-decay part of the update
-        w = (s - 1) // window
-        if current_w is not None and w != current_w:
-            finish_window(current_w)
-        current_w = w
-        Q = quad(s)
+        dec = -lr * wd * th_prev  # the weight-decay part of each update
+        Q = quad(blk[0])
+        idx = torch.tensor(blk) - 1
         if not explicit:
-            both = funcs.path_jvp(th_prev, dth, torch.stack([dth, dec]), X, select, Q)
-            step_inf[s - 1], decay_inf[s - 1] = both[:, 0], both[:, 1]
+            both = funcs.jvp_block(th_prev, dth, torch.stack([dth, dec], 1), X, select, Q)
+            step_inf[idx], decay_inf[idx] = both[..., 0], both[..., 1]
+            bar.update(len(blk))
             continue
-        phi = funcs.phi(th_prev, dth, X, select, Q, chunk)  # (R, P)
-        step_inf[s - 1] = phi @ dth
-        decay_inf[s - 1] = phi @ dec
+        phis = funcs.phi_block(th_prev, dth, X, select, Q, chunk)  # (b, R, P)
+        step_inf[idx] = torch.einsum("brp,bp->br", phis, dth)
+        decay_inf[idx] = torch.einsum("brp,bp->br", phis, dec)
         if group_ids is not None or keep_params:
-            contrib = phi * (dth if include_decay else dth - dec)  # (R, P)
-            contrib = contrib.view(n, C, flat.P)
-            if abs_mode == "per_step":
-                _add_param_scores(res, w, contrib.abs().sum(1), group_ids)
-            else:
-                if w in signed_acc:
+            for i, s in enumerate(blk):
+                w = (s - 1) // window
+                if current_w is not None and w != current_w:
+                    finish_window(current_w)
+                current_w = w
+                contrib = (phis[i] * (dth[i] if include_decay else dth[i] - dec[i])).view(n, C, P)
+                if abs_mode == "per_step":
+                    _add_param_scores(res, w, contrib.abs().sum(1), group_ids)
+                elif w in signed_acc:
                     signed_acc[w] += contrib
                 else:
                     signed_acc[w] = contrib.clone()
-        if not want_data:
-            continue
-        d_s = torch.sqrt(v_s / (1 - beta2**s)) + eps
-        V = phi * (lr / ((1 - beta1**s) * d_s))  # (R, P)
-        Xb, yb = _take(Xtr, batch), ytr[batch]
-        if order == "reverse":
-            S_rev = V if S_rev is None else V.add_(S_rev, alpha=beta1)
-            dots = funcs.grad_dots(S_rev, th_prev, Xb, yb, _mode(train_grad, R, len(batch)), chunk)
-            contrib_k = dots * (-(1 - beta1) / len(batch))  # (R, B)
-            res.data.index_add_(1, batch, contrib_k)
-            if by_step:
-                res.data_by_step[s - 1].index_add_(1, batch, contrib_k)
-        else:
-            if mom is None:
-                mom = torch.zeros(M, flat.P, dtype=dt)
-            G = funcs.per_sample_grads(th_prev, Xb, yb, chunk)
-            mom.mul_(beta1).index_add_(0, batch, G, alpha=(1 - beta1) / len(batch))
-            contrib_all = -(V @ mom.T)  # (R, M)
-            res.data += contrib_all
-            if by_step:
-                res.data_by_step[s - 1] = contrib_all
+        if want_data:
+            d = torch.sqrt(torch.stack([r[1] for r in rows]) / (1 - beta2 ** idx.add(1).to(dt))[:, None]) + eps
+            bc1 = (1 - beta1 ** idx.add(1).to(dt))[:, None]
+            V = phis.mul_((lr / (bc1 * d))[:, None, :])  # (b, R, P), phi no longer needed
+            if order == "reverse":
+                Ss = torch.empty_like(V)
+                for i in range(len(blk)):
+                    S_rev = V[i] if S_rev is None else V[i].add_(S_rev, alpha=beta1)
+                    Ss[i] = S_rev
+                S_rev = Ss[-1].clone()
+                dots = funcs.dots_block(Ss, th_prev, batches, train,
+                                        _mode(train_grad, R, len(batches[0])), chunk)  # fmt: skip
+                del Ss
+                for i, s in enumerate(blk):
+                    contrib_k = dots[i] * (-(1 - beta1) / len(batches[i]))  # (R, B)
+                    res.data.index_add_(1, batches[i], contrib_k)
+                    if by_step:
+                        res.data_by_step[s - 1].index_add_(1, batches[i], contrib_k)
+            else:
+                if mom is None:
+                    mom = torch.zeros(M, P, dtype=dt)
+                Gs = funcs.grads_block(th_prev, batches, train, chunk)
+                for i, s in enumerate(blk):
+                    mom.mul_(beta1).index_add_(0, batches[i], Gs[i], alpha=(1 - beta1) / len(batches[i]))
+                    contrib_all = -(V[i] @ mom.T)  # (R, M)
+                    res.data += contrib_all
+                    if by_step:
+                        res.data_by_step[s - 1] = contrib_all
+        bar.update(len(blk))
+    bar.close()
     if current_w is not None:
         finish_window(current_w)
     for w in list(signed_acc):
         finish_window(w)
-    if mom is not None:
-        res.extra["buffer_numel"] = mom.numel()
-    elif S_rev is not None:
-        res.extra["buffer_numel"] = S_rev.numel()
+    res.extra["block"] = block
     return res
 
 
@@ -302,7 +386,3 @@ def _mode(train_grad: str, R: int, B: int) -> str:
     if train_grad != "auto":
         return train_grad
     return "jvp" if R * 4 <= B else "per_sample"
-
-
-def _take(X: Any, idx: torch.Tensor) -> Any:
-    return X[idx]

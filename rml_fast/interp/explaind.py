@@ -528,6 +528,9 @@ class ExactPathKernel:
         least 4x larger than ``n * C``.
     chunk_size : int, optional
         vmap chunk size (bounds memory of Jacobians and per-sample gradients).
+    block_size : int, optional
+        Logged steps whose Jacobians / per-sample gradients are computed in one vmapped call
+        (fewer calls, more memory); default: as many as fit in about 256 MB, at most 64.
     progress : bool, default=False
         tqdm bar over the steps of each pass.
 
@@ -563,6 +566,7 @@ class ExactPathKernel:
         param_groups: dict[str, list[str]] | None = None,
         train_grad: str = "auto",
         chunk_size: int | None = None,
+        block_size: int | None = None,
         progress: bool = False,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
@@ -578,6 +582,9 @@ class ExactPathKernel:
             raise ValueError(f"train_grad must be one of {_TRAIN_GRAD}, got {train_grad!r}")
         if chunk_size is not None:
             chunk_size = int(check_scalar(chunk_size, "chunk_size", Interval("int", 1, None)))
+        if block_size is not None:
+            block_size = int(check_scalar(block_size, "block_size", Interval("int", 1, None)))
+        self.block_size = block_size
         if output_fn is not None and not callable(output_fn):
             raise TypeError("output_fn must be callable or None")
         named = dict(model.named_parameters())
@@ -650,14 +657,14 @@ class ExactPathKernel:
             if Xtr.is_floating_point():
                 Xtr = Xtr.to(self.history.dtype)
             train = (Xtr, ytr)
-        if True:
-            res = run_pass(
-                self._funcs, self.history, X, select, n=n, train=train, order=order,
-                by_step=by_step, quad=self._quad, window=window, abs_mode=abs_mode,
-                include_decay=include_decay, group_ids=self._group_ids if components else None,
-                n_groups=len(self.group_names), keep_params=keep_params, explicit=explicit,
-                train_grad=self.train_grad, chunk=self.chunk_size, progress=self.progress,
-            )  # fmt: skip
+        res = run_pass(
+            self._funcs, self.history, X, select, n=n, train=train, order=order,
+            by_step=by_step, quad=self._quad, window=window, abs_mode=abs_mode,
+            include_decay=include_decay, group_ids=self._group_ids if components else None,
+            n_groups=len(self.group_names), keep_params=keep_params, explicit=explicit,
+            train_grad=self.train_grad, chunk=self.chunk_size, block=self.block_size,
+            progress=self.progress,
+        )  # fmt: skip
         return res, n
 
     # --- the decomposition -------------------------------------------------------------

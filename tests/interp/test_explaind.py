@@ -228,6 +228,22 @@ def test_matches_the_naive_loops_and_both_orders_agree(mlp_run):
     # the jvp contraction (no per-sample gradients) gives the same numbers
     jv = ExactPathKernel(model, hist, CE, (X, y), n_quad=3, early_steps=0, train_grad="jvp")
     np.testing.assert_allclose(jv.data_influence(Xt), D_rev, rtol=1e-9, atol=1e-12)
+    # blocks of steps (one vmapped call each) split anywhere give the same numbers, also with
+    # a finer quadrature for the first steps (blocks never mix two rules)
+    for block in (1, 3):
+        for grad_mode in ("jvp", "per_sample"):
+            e = ExactPathKernel(model, hist, CE, (X, y), n_quad=3, early_steps=0,
+                                block_size=block, train_grad=grad_mode)  # fmt: skip
+            np.testing.assert_allclose(e.data_influence(Xt), D_rev, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(e.data_influence(Xt, order="forward"), D_rev,
+                                       rtol=1e-9, atol=1e-12)  # fmt: skip
+    early = ExactPathKernel(model, hist, CE, (X, y), n_quad=3, n_quad_early=5, early_steps=2,
+                            block_size=4)  # fmt: skip
+    st_early = early.step_influence(Xt)
+    np.testing.assert_allclose(st_early[2:], step[2:], rtol=1e-9, atol=1e-12)
+    assert float((st_early[:2] - step[:2]).abs().max()) > 0  # other rule on steps 1-2
+    np.testing.assert_allclose(early.data_influence(Xt).sum(-1) + early.step_influence(
+        Xt, split=True)[1].sum(0), st_early.sum(0), rtol=1e-8, atol=1e-11)  # fmt: skip
 
 
 def test_parameter_and_component_influence(mlp_run):
