@@ -49,6 +49,7 @@ from rml_fast.interp._head_stability_measures import (
     VECTOR_MEASURES,
     similarity_matrix,
 )
+from rml_fast.models.transformer import TinyTransformer
 
 __all__ = [
     "StabilityStudy",
@@ -90,7 +91,7 @@ def _run_cache(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``run_with_cache`` of a zoo model or a TransformerLens model, caching only ``names``."""
     with torch.no_grad():
-        if hasattr(model, "hook_points"):  # rml_fast TinyTransformer
+        if isinstance(model, TinyTransformer):  # rml_fast TinyTransformer
             return model.run_with_cache(tokens, names=names, hooks=list(hooks))
         keep = set(names)
         with model.hooks(fwd_hooks=list(hooks)):
@@ -900,7 +901,7 @@ def head_importance(
                 return z
 
             with torch.no_grad():
-                if hasattr(model, "hook_points"):
+                if isinstance(model, TinyTransformer):
                     abl = model(prompts, hooks=[(names[layer], ablate)])
                 else:
                     abl = model.run_with_hooks(prompts, fwd_hooks=[(names[layer], ablate)])

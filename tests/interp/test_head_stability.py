@@ -295,9 +295,9 @@ def test_induction_refits_agree_beyond_the_null_random_inits_do_not(
         null = hs.stability_null(sigs, 32, n_perm=20, matching="hungarian", rng=0)[:, :, 1].amax(2)
         out[name] = (stab, null)
     stab, null = out["trained"]
-    assert bool((stab > null.amax(0) + 0.05).all()), (stab, null.amax(0))
+    assert bool((stab > null.amax(0) + 0.2).all()), (stab, null.amax(0))  # seen: 0.59 vs 0.25
     stab, null = out["random"]
-    assert bool((stab < null.amax(0) + 0.01).all()), (stab, null.amax(0))
+    assert bool((stab < null.amax(0) + 0.02).all()), (stab, null.amax(0))
 
 
 # --------------------------------------------------------------------------- residual, importance
@@ -424,3 +424,22 @@ def test_demo_quick_runs(tmp_path, monkeypatch):
     assert out.is_file() and out.stat().st_size > 0
     table = demo.format_table(res)
     assert "adamw" in table and "adam" in table
+
+
+def test_transformer_lens_model_gives_the_same_numbers():
+    """The same weights as a TransformerLens HookedTransformer (the adapter path)."""
+    pytest.importorskip("transformer_lens")
+    from rml_fast.models.convert import to_transformer_lens
+
+    model = TinyTransformer(CFG, seed=1)
+    tl = to_transformer_lens(model)
+    p = _prompts(5)
+    for fn in (
+        lambda m: hs.attention_signatures(m, p),
+        lambda m: hs.attention_signatures(m, p, use_scores=True),
+        lambda m: hs.head_representations(m, p, hook="result"),
+        lambda m: hs.head_importance(m, p),
+    ):
+        torch.testing.assert_close(fn(tl), fn(model), atol=1e-5, rtol=1e-4)
+    res = hs.residual_stability([model, tl], p)
+    torch.testing.assert_close(res, torch.ones_like(res))
