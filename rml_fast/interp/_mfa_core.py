@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -29,9 +28,9 @@ class Prepared:
     const: np.ndarray  # (K,) log π_k − ½(D log 2π + Σ log Ψ_k + log det M_k + μ_kᵀΨ_k⁻¹μ_k)
     pinv: np.ndarray  # (K, D) or (1, D): Ψ⁻¹
     pm: np.ndarray  # (K, D): Ψ_k⁻¹ μ_k
-    B: np.ndarray  # (D, K*q): [B_1 … B_K]
+    B: np.ndarray  # (D, Kq): [B_1 … B_K], B_k = Ψ_k⁻¹ W_k L_k⁻ᵀ
     muB: np.ndarray  # (K, q): μ_kᵀ B_k
-    Linv: np.ndarray  # (K, q, q): L_k⁻¹
+    Linv: np.ndarray  # (K, q, q): L_k⁻¹ (M_k = L_k L_kᵀ)
     q: int
 
 
@@ -45,13 +44,13 @@ def prepare(means: np.ndarray, W: np.ndarray, psi: np.ndarray, weights: np.ndarr
     logdet_psi = np.log(psi2).sum(axis=1)
     if q > 0:
         A = W * pinv[:, :, None] if psi.ndim == 2 else W * pinv[0][None, :, None]
-        M = np.einsum("kdi,kdj->kij", W, A) + np.eye(q)[None]
+        M = np.matmul(W.transpose(0, 2, 1), A) + np.eye(q)[None]
         L = np.linalg.cholesky(M)
         logdet_M = 2.0 * np.log(np.diagonal(L, axis1=1, axis2=2)).sum(axis=1)
         Linv = np.linalg.inv(L)
-        Bk = np.einsum("kdj,kij->kdi", A, Linv)  # A_k L_k⁻ᵀ
+        Bk = np.matmul(A, Linv.transpose(0, 2, 1))
         B = np.ascontiguousarray(Bk.transpose(1, 0, 2).reshape(D, K * q))
-        muB = np.einsum("kd,kdq->kq", means, Bk)
+        muB = np.matmul(means[:, None, :], Bk)[:, 0]
     else:
         logdet_M = np.zeros(K)
         Linv = np.zeros((K, 0, 0))
@@ -64,7 +63,9 @@ def prepare(means: np.ndarray, W: np.ndarray, psi: np.ndarray, weights: np.ndarr
 
 
 def component_logpdf(X: np.ndarray, P: Prepared) -> tuple[np.ndarray, np.ndarray]:
-    """``log π_k + log N_k(x_n)`` of shape (N, K) and ``u`` of shape (N, K, q)."""
+    """``log π_k + log N_k(x_n)`` of shape (N, K) and ``u = L_k⁻¹ v_k`` of shape (N, K, q).
+
+    One GEMM gives ``u_k = B_kᵀ(x − μ_k)``; the Woodbury correction is ``vᵀM⁻¹v = ‖u‖²``."""
     N = X.shape[0]
     K = P.const.shape[0]
     X2 = X * X
@@ -74,21 +75,30 @@ def component_logpdf(X: np.ndarray, P: Prepared) -> tuple[np.ndarray, np.ndarray
         quad = -0.5 * (X2 @ P.pinv.T)
     out = P.const[None, :] + quad + X @ P.pm.T
     if P.q > 0:
-        U = (X @ P.B).reshape(N, K, P.q) - P.muB[None]
-        out += 0.5 * np.einsum("nkq,nkq->nk", U, U)
+        U = (X @ P.B).reshape(N, K, P.q)
+        U -= P.muB[None]
+        out += 0.5 * (U * U).sum(axis=2)
     else:
         U = np.zeros((N, K, 0))
     return out, U
 
 
 def posterior_mean(U: np.ndarray, P: Prepared) -> np.ndarray:
-    """``E[z | x, k] = L_k⁻ᵀ u_k``, shape (N, K, q)."""
-    return np.einsum("kji,nkj->nki", P.Linv, U)
+    """``E[z | x, k] = L_k⁻ᵀ u_k = M_k⁻¹ v_k``, shape (N, K, q)."""
+    return np.matmul(U.transpose(1, 0, 2), P.Linv).transpose(1, 0, 2)
 
 
 def posterior_cov(P: Prepared) -> np.ndarray:
     """``Cov[z | x, k] = M_k⁻¹ = L_k⁻ᵀ L_k⁻¹``, shape (K, q, q)."""
-    return np.einsum("kji,kjl->kil", P.Linv, P.Linv)
+    return np.matmul(P.Linv.transpose(0, 2, 1), P.Linv)
+
+
+def _lse_resp(lp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    m = lp.max(axis=1, keepdims=True)
+    R = np.exp(lp - m)
+    tot = R.sum(axis=1, keepdims=True)
+    R /= tot
+    return (m + np.log(tot))[:, 0], R
 
 
 def loglik_resp(X: np.ndarray, P: Prepared, chunk: int) -> tuple[np.ndarray, np.ndarray]:
@@ -99,9 +109,7 @@ def loglik_resp(X: np.ndarray, P: Prepared, chunk: int) -> tuple[np.ndarray, np.
     R = np.empty((N, K))
     for s in range(0, N, chunk):
         lp, _ = component_logpdf(X[s:s + chunk], P)
-        lse = logsumexp(lp, axis=1)
-        ll[s:s + chunk] = lse
-        R[s:s + chunk] = np.exp(lp - lse[:, None])
+        ll[s:s + chunk], R[s:s + chunk] = _lse_resp(lp)
     return ll, R
 
 
@@ -141,19 +149,20 @@ def em_step(
         Xc = X[s:s + chunk]
         n = Xc.shape[0]
         lp, U = component_logpdf(Xc, P)
-        lse = logsumexp(lp, axis=1)
+        lse, R = _lse_resp(lp)
         total += float(lse.sum())
-        R = np.exp(lp - lse[:, None])
         Nk += R.sum(axis=0)
         Sx += R.T @ Xc
         Sxx += R.T @ (Xc * Xc)
-        if q > 0:
-            Ez = posterior_mean(U, P)
-            REz = R[:, :, None] * Ez
-            Sxz += Xc.T @ REz.reshape(n, K * q)
-            Sz += REz.sum(axis=0)
-            Szz += np.matmul(REz.transpose(1, 2, 0), Ez.transpose(1, 0, 2))
-    Sxz3 = Sxz.reshape(D, K, q).transpose(1, 0, 2)  # (K, D, q)
+        if q > 0:  # statistics of u; E[z] = L⁻ᵀu is applied once per component below
+            RU = R[:, :, None] * U
+            Sxz += Xc.T @ RU.reshape(n, K * q)
+            Sz += RU.sum(axis=0)
+            Szz += np.matmul(RU.transpose(1, 2, 0), U.transpose(1, 0, 2))
+    Li = P.Linv
+    Sxz3 = np.matmul(Sxz.reshape(D, K, q).transpose(1, 0, 2), Li)  # Σα x E[z]ᵀ, (K, D, q)
+    Sz = np.matmul(Sz[:, None, :], Li)[:, 0]  # Σα E[z]
+    Szz = np.matmul(Li.transpose(0, 2, 1), np.matmul(Szz, Li))  # Σα E[z]E[z]ᵀ
     alive = Nk > 1e-10 * N
     Minv = posterior_cov(P)
     if variant == "augmented":
@@ -178,7 +187,7 @@ def em_step(
         resid = Sxx - Nk[:, None] * new_mu * new_mu
         if q > 0:
             Bk = P.B.reshape(D, K, q).transpose(1, 0, 2)
-            g = np.einsum("kji,kj->ki", P.Linv, np.einsum("kdq,kd->kq", Bk, new_mu - means))
+            g = np.matmul(np.matmul((new_mu - means)[:, None, :], Bk), Li)[:, 0]  # M⁻¹Aᵀδμ
             Sz_n = Sz - Nk[:, None] * g
             Szz_n = (Szz - Sz[:, :, None] * g[:, None, :] - g[:, :, None] * Sz[:, None, :]
                      + Nk[:, None, None] * g[:, :, None] * g[:, None, :])

@@ -379,7 +379,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
 
     def _chunk(self) -> int:
         K, q = self.means_.shape[0], self.loadings_.shape[2]
-        return int(max(64, 2**22 // max(K * max(q, 1), 1)))
+        # row blocks of ~32k factor entries keep the temporaries in cache (2x over one block)
+        return int(min(4096, max(64, 2**15 // max(K * max(q, 1), 1))))
 
     def _fit_em(self, X: np.ndarray, warm: bool) -> None:
         from tqdm.auto import tqdm
