@@ -78,6 +78,11 @@ def linear_betas(n_steps: int = 200, beta_start: float = 1e-4, beta_end: float =
     """
     n_steps = int(check_scalar(n_steps, "n_steps", Interval("int", 2, None)))
     s = 1000.0 / n_steps
+    if not 0 < beta_start <= beta_end or beta_end * s >= 1:
+        raise ValueError(
+            f"rescaled betas must stay below 1: beta_end * 1000 / n_steps = {beta_end * s:g} "
+            f"(use more steps or a smaller beta_end)"
+        )
     return torch.linspace(beta_start * s, beta_end * s, n_steps, dtype=torch.float64)
 
 
