@@ -459,8 +459,31 @@ def _vertices(s_a_range: tuple[float, float],
     return [(sa, r) for sa in sorted(set(s_a_range)) for r in sorted(set(rho_range))]
 
 
-def _worst(w: np.ndarray, s_h: float, verts: list[tuple[float, float]]) -> np.ndarray:
+def _worst(w: np.ndarray, s_h: Any, verts: list[tuple[float, float]]) -> np.ndarray:
+    """``min_U G(w)``; ``s_h`` a float (known) or a pair ``(lo, hi)`` (PROPOSED extension).
+
+    For a range, ``G`` is convex in ``s_h`` (coefficient ``w (2 - w) >= 0``), minimised at
+    ``s_h* = (1 - w) rho s_a / (2 - w)`` clipped to the range, for each ``(s_a, rho)`` vertex.
+    """
+    if isinstance(s_h, tuple):
+        lo, hi = s_h
+        w = np.asarray(w, dtype=np.float64)
+        vals = []
+        for sa, r in verts:
+            sh = np.clip((1.0 - w) * r * sa / np.maximum(2.0 - w, 1e-300), lo, hi)
+            vals.append(pooling_gain(w, sh, sa, r))
+        return np.min(np.stack(vals), axis=0)
     return np.min(np.stack([pooling_gain(w, s_h, sa, r) for sa, r in verts]), axis=0)
+
+
+def _s_h_arg(s_h: Any) -> float | tuple[float, float]:
+    """A known ``s_h`` (float) or, for a non-degenerate pair, the range ``(lo, hi)``."""
+    if isinstance(s_h, numbers.Real) and not isinstance(s_h, (bool, np.bool_)):
+        return _nonneg(s_h, "s_h")
+    if isinstance(s_h, (str, bytes)):
+        raise TypeError(f"s_h must be a number >= 0 or a pair (lo, hi), got {s_h!r}")
+    lo, hi = _range(s_h, "s_h", 0.0, None)
+    return lo if lo == hi else (lo, hi)
 
 
 def worst_case_gain(w: Any, s_h: float, s_a_range: Any, rho_range: Any) -> Any:
@@ -473,8 +496,9 @@ def worst_case_gain(w: Any, s_h: float, s_a_range: Any, rho_range: Any) -> Any:
     ----------
     w : float or array-like
         Weight(s) on the AI.
-    s_h : float
-        The human's (known) error root-mean-square.
+    s_h : float or (float, float)
+        The human's (known) error root-mean-square; a pair ``(lo, hi)`` is an interval
+        (PROPOSED extension, see :func:`robust_pooling_weight`).
     s_a_range : (float, float) or float
         ``[s_a_lo, s_a_hi]`` with ``0 <= lo <= hi``; a number is a point.
     rho_range : (float, float) or float
@@ -490,7 +514,7 @@ def worst_case_gain(w: Any, s_h: float, s_a_range: Any, rho_range: Any) -> Any:
     >>> round(worst_case_gain(0.5, 0.3, (0.25, 0.35), (-0.2, 0.0)), 5)
     0.03688
     """
-    s_h = _nonneg(s_h, "s_h")
+    s_h = _s_h_arg(s_h)
     sa = _range(s_a_range, "s_a_range", 0.0, None)
     rr = _range(rho_range, "rho_range", -1.0, 1.0)
     w = check_array(w, "w", dtypes=(np.float64,))
@@ -511,8 +535,12 @@ def robust_pooling_weight(s_h: float, s_a_range: Any, rho_range: Any, *, method:
 
     Parameters
     ----------
-    s_h : float
-        The human's error root-mean-square (known to the DM).
+    s_h : float or (float, float)
+        The human's error root-mean-square (known to the DM). A pair ``(lo, hi)`` makes the DM
+        uncertain of its own error too (PROPOSED extension): ``G`` is convex in ``s_h``, so its
+        minimum over ``[lo, hi]`` is at ``clip((1 - w) rho s_a / (2 - w), lo, hi)`` per vertex;
+        the worst case is still concave in ``w`` and ``"exact"`` maximises it by golden-section
+        search (to 1e-13).
     s_a_range : (float, float) or float
         ``[s_a_lo, s_a_hi]``; a number is a point.
     rho_range : (float, float) or float
@@ -545,13 +573,17 @@ def robust_pooling_weight(s_h: float, s_a_range: Any, rho_range: Any, *, method:
     >>> robust_pooling_weight(0.3, (0.2, 0.6), (0.5, 0.9)).w   # rho_hi * s_a_hi >= s_h: keep H
     0.0
     """
-    s_h = _nonneg(s_h, "s_h")
+    s_h = _s_h_arg(s_h)
     sa = _range(s_a_range, "s_a_range", 0.0, None)
     rr = _range(rho_range, "rho_range", -1.0, 1.0)
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     verts = _vertices(sa, rr)
-    if method == "grid":
+    if isinstance(s_h, tuple) and method == "cvxpy":
+        raise ValueError("method='cvxpy' needs a known s_h (a number), got a range")
+    if isinstance(s_h, tuple) and method == "exact":
+        cand = np.array([0.0, 1.0, _maximise_concave(lambda w: _worst(w, s_h, verts))])
+    elif method == "grid":
         g = (np.linspace(0.0, 1.0, 1001) if grid is None
              else check_array(grid, "grid", dtypes=(np.float64,), ndim=1))
         if g.size == 0 or (g < 0).any() or (g > 1).any():
@@ -576,13 +608,32 @@ def robust_pooling_weight(s_h: float, s_a_range: Any, rho_range: Any, *, method:
         cand = np.unique(np.clip(np.asarray(cand, dtype=np.float64), 0.0, 1.0))
     vals = _worst(cand, s_h, verts)
     best = vals.max()
-    tol = 1e-12 * max(s_h * s_h, max(sa) ** 2, 1e-300)
+    sh_top = max(s_h) if isinstance(s_h, tuple) else s_h
+    tol = 1e-12 * max(sh_top * sh_top, max(sa) ** 2, 1e-300)
     k = int(np.flatnonzero(vals >= best - tol)[0])
     w = float(cand[k])
-    gains = [pooling_gain(w, s_h, s_a, r) for s_a, r in verts]
+    gains = [_worst(np.array(w), s_h, [vert]) for vert in verts]
     v = int(np.argmin(gains))
     return RobustWeight(w, float(max(vals[k], 0.0) if w == 0.0 else vals[k]),
                         float(verts[v][0]), float(verts[v][1]))
+
+
+def _maximise_concave(f: Any, lo: float = 0.0, hi: float = 1.0, tol: float = 1e-13) -> float:
+    """Golden-section search for the maximiser of a concave function on [lo, hi]."""
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = float(f(np.array(c))), float(f(np.array(d)))
+    while b - a > tol:
+        if fc >= fd:  # ties move left (towards the human)
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = float(f(np.array(c)))
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = float(f(np.array(d)))
+    return 0.5 * (a + b)
 
 
 def _cvxpy_robust(s_h: float, verts: list[tuple[float, float]]) -> float:
@@ -612,7 +663,9 @@ def robust_improvement_interval(s_h: float, s_a_range: Any, rho_range: Any) -> t
 
     Parameters
     ----------
-    s_h : float
+    s_h : float or (float, float)
+        As in :func:`robust_pooling_weight`; for a range the right end is found by bisection
+        (``F`` is concave with ``F(0) = 0``).
     s_a_range, rho_range
         As in :func:`robust_pooling_weight`.
 
@@ -629,9 +682,11 @@ def robust_improvement_interval(s_h: float, s_a_range: Any, rho_range: Any) -> t
     >>> robust_improvement_interval(0.3, (0.2, 0.4), (0.0, 0.8))
     (0.0, 0.0)
     """
-    s_h = _nonneg(s_h, "s_h")
+    s_h = _s_h_arg(s_h)
     sa = _range(s_a_range, "s_a_range", 0.0, None)
     rr = _range(rho_range, "rho_range", -1.0, 1.0)
+    if isinstance(s_h, tuple):
+        return _improvement_interval_numeric(s_h, _vertices(sa, rr))
     ws = []
     for s_a, r in _vertices(sa, rr):
         den = s_h * s_h + s_a * s_a - 2.0 * r * s_h * s_a
@@ -640,6 +695,24 @@ def robust_improvement_interval(s_h: float, s_a_range: Any, rho_range: Any) -> t
         ws.append(s_h * (s_h - r * s_a) / den)
     hi = 2.0 * min(ws)
     return (0.0, float(min(1.0, max(0.0, hi))))
+
+
+def _improvement_interval_numeric(s_h: tuple[float, float],
+                                  verts: list[tuple[float, float]]) -> tuple[float, float]:
+    """``{w > 0 : F(w) > 0}`` for the concave worst case ``F`` (``F(0) = 0``): (0, root)."""
+    def f(w: float) -> float:
+        return float(_worst(np.array(w), s_h, verts))
+
+    w_best = _maximise_concave(f)
+    if f(w_best) <= 0.0:
+        return (0.0, 0.0)
+    if f(1.0) > 0.0:
+        return (0.0, 1.0)
+    a, b = w_best, 1.0
+    while b - a > 1e-14:
+        m = 0.5 * (a + b)
+        a, b = (m, b) if f(m) > 0.0 else (a, m)
+    return (0.0, float(a))
 
 
 # --------------------------------------------------------------------------- pooling and decisions
@@ -771,6 +844,10 @@ class RobustComplementarity(BaseEstimator):
     noise_floor : float, default=0.0
         PROPOSED: subtract an irreducible noise ``E p*(1-p*)`` (see :func:`error_moments`). The
         weights do not depend on it; ``moments_`` and the box are reported relative to ``p*``.
+    human_uncertain : bool, default=False
+        PROPOSED extension: the DM is uncertain of its own ``s_h`` too; ``U`` gets an interval
+        for ``s_h`` (Bonferroni over three parameters) and the weight is robust to it
+        (:func:`robust_pooling_weight` with ``s_h`` a range). The spec's DM knows ``s_h``.
     random_state : int, numpy.random.Generator or None
         Seed of the bootstrap.
 
@@ -781,6 +858,8 @@ class RobustComplementarity(BaseEstimator):
     s_h_ : float
     s_a_range_, rho_range_ : tuple of float
         The uncertainty box ``U``.
+    s_h_range_ : tuple of float
+        The interval for ``s_h`` (a point unless ``human_uncertain``).
     weight_ : float
         The chosen weight on the AI.
     guaranteed_gain_ : float
@@ -812,7 +891,8 @@ class RobustComplementarity(BaseEstimator):
     def __init__(self, strategy: str = "robust", uncertainty: str = "bootstrap",
                  n_boot: int = 1000, alpha: float = 0.05, space: str = "prob",
                  s_a_range: Any = None, rho_range: Any = None, centered: bool = False,
-                 noise_floor: float = 0.0, random_state: Any = None) -> None:
+                 noise_floor: float = 0.0, human_uncertain: bool = False,
+                 random_state: Any = None) -> None:
         self.strategy = strategy
         self.uncertainty = uncertainty
         self.n_boot = n_boot
@@ -822,6 +902,7 @@ class RobustComplementarity(BaseEstimator):
         self.rho_range = rho_range
         self.centered = centered
         self.noise_floor = noise_floor
+        self.human_uncertain = human_uncertain
         self.random_state = random_state
 
     def __sklearn_tags__(self) -> Any:
@@ -910,6 +991,7 @@ class RobustComplementarity(BaseEstimator):
         self.moments_ = best["moments"]
         self.s_h_ = float(best["moments"]["s_h"])
         self.s_a_range_ = best["s_a_range"]
+        self.s_h_range_ = best["s_h_range"]
         self.rho_range_ = best["rho_range"]
         self.weight_ = best["weight"]
         self.guaranteed_gain_ = best["guaranteed_gain"]
@@ -922,14 +1004,20 @@ class RobustComplementarity(BaseEstimator):
         centered, floor = bool(self.centered), float(self.noise_floor)
         mom = error_moments(h, a, y, centered=centered, noise_floor=floor)
         s_h, s_a, rho = mom["s_h"], mom["s_a"], mom["rho"]
-        q = self.alpha / 4.0  # two-sided, Bonferroni over the two parameters
+        uh = bool(self.human_uncertain)
+        q = self.alpha / (6.0 if uh else 4.0)  # two-sided, Bonferroni over the parameters
+        sh_box = (s_h, s_h)
         if self.uncertainty == "bootstrap":
             boot = bootstrap_error_moments(h, a, y, n_boot=self.n_boot, centered=centered,
                                            noise_floor=floor, rng=seed)
             sa_box = tuple(float(v) for v in np.quantile(boot["s_a"], [q, 1 - q]))
             rho_box = tuple(float(v) for v in np.quantile(boot["rho"], [q, 1 - q]))
+            if uh:
+                sh_box = tuple(float(v) for v in np.quantile(boot["s_h"], [q, 1 - q]))
         elif self.uncertainty == "fisher":
             sa_box, rho_box = _fisher_box(h, a, y, mom, q, centered, floor)
+            if uh:
+                sh_box, _ = _fisher_box(a, h, y, mom, q, centered, floor)
         else:
             sa_box, rho_box = (s_a, s_a), (rho, rho)
         if self.s_a_range is not None:
@@ -938,11 +1026,12 @@ class RobustComplementarity(BaseEstimator):
             rho_box = _range(self.rho_range, "rho_range", -1.0, 1.0)
         sa_box = (float(sa_box[0]), float(sa_box[1]))
         rho_box = (float(rho_box[0]), float(rho_box[1]))
-        out = {"moments": mom, "s_a_range": sa_box, "rho_range": rho_box}
+        sh_box = (float(sh_box[0]), float(sh_box[1]))
+        out = {"moments": mom, "s_a_range": sa_box, "rho_range": rho_box, "s_h_range": sh_box}
         if self.space == "logit":
             out.update(self._logit_weight(h, a, y, seed))
             return out
-        box = (float(s_h), sa_box, rho_box)
+        box = (sh_box if uh else float(s_h), sa_box, rho_box)
         fixed = {"human": 0.0, "ai": 1.0, "average": 0.5}
         if self.strategy == "robust":
             w = robust_pooling_weight(*box).w

@@ -517,3 +517,52 @@ def test_bad_input_raises_clearly():
         RobustComplementarity(space="logit").fit(X + 1, y)
     with pytest.raises(ValueError, match="strategies"):
         compare_strategies(X, y, X, y, strategies=["oracle"])
+
+
+# --------------------------------------------------------------------------- uncertain s_h (PROPOSED)
+
+
+def test_uncertain_human_error_against_brute_force():
+    """s_h a range: the worst case over a 3-D grid of the box equals the guaranteed gain (up
+    to the grid), the golden-section weight matches a dense grid, and the improvement interval
+    is where the worst case is positive."""
+    rng = np.random.default_rng(31)
+    for _ in range(12):
+        sh = tuple(np.sort(rng.uniform(0.1, 0.5, 2)))
+        sa = tuple(np.sort(rng.uniform(0.1, 0.5, 2)))
+        rr = tuple(np.sort(rng.uniform(-1, 1, 2)))
+        r = robust_pooling_weight(sh, sa, rr)
+        g = robust_pooling_weight(sh, sa, rr, method="grid", grid=np.linspace(0, 1, 20_001))
+        assert r.guaranteed_gain >= g.guaranteed_gain - 1e-12
+        assert r.guaranteed_gain - g.guaranteed_gain < 1e-8
+        S, A, R = np.meshgrid(np.linspace(*sh, 61), np.linspace(*sa, 5), np.linspace(*rr, 5))
+        brute = pooling_gain(r.w, S, A, R).min()
+        assert brute >= r.guaranteed_gain - 1e-13
+        assert brute - r.guaranteed_gain < 1e-3 * sh[1] ** 2
+        # robust to its own error too: never more than the known-s_h guarantee at either end
+        for s in sh:
+            assert r.guaranteed_gain <= robust_pooling_weight(s, sa, rr).guaranteed_gain + 1e-13
+        _, hi = robust_improvement_interval(sh, sa, rr)
+        ws = np.linspace(0, 1, 401)[1:]
+        wc = worst_case_gain(ws, sh, sa, rr)
+        assert (wc[ws < hi - 1e-9] > 0).all() and (wc[ws > hi + 1e-9] <= 1e-15).all()
+    # a degenerate range is the point case
+    p = robust_pooling_weight((0.3, 0.3), (0.2, 0.4), (-0.5, 0.1))
+    q = robust_pooling_weight(0.3, (0.2, 0.4), (-0.5, 0.1))
+    assert p == q
+    with pytest.raises(ValueError, match="cvxpy"):
+        robust_pooling_weight((0.2, 0.3), 0.3, 0.0, method="cvxpy")
+
+
+def test_human_uncertain_estimator_is_more_conservative():
+    sim = simulate_forecasts(800, 0.3, 0.35, -0.2, rng=41)
+    X = np.column_stack([sim.h, sim.a])
+    known = RobustComplementarity(n_boot=300, random_state=0).fit(X, sim.y)
+    unsure = RobustComplementarity(n_boot=300, random_state=0, human_uncertain=True).fit(X, sim.y)
+    lo, hi = unsure.s_h_range_
+    assert lo < unsure.s_h_ < hi and known.s_h_range_ == (known.s_h_, known.s_h_)
+    assert 0 < unsure.guaranteed_gain_ < known.guaranteed_gain_
+    assert unsure.guaranteed_gain_ == pytest.approx(
+        worst_case_gain(unsure.weight_, (lo, hi), unsure.s_a_range_, unsure.rho_range_))
+    fisher = RobustComplementarity(uncertainty="fisher", human_uncertain=True).fit(X, sim.y)
+    assert fisher.s_h_range_[0] < fisher.s_h_ < fisher.s_h_range_[1]
