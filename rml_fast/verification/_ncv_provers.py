@@ -122,7 +122,7 @@ def _topk_mask(s: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def fw_select(verifier, z, y, k, objective, reject, *, iters=250, lr=0.1, momentum=0.9,
-              patience=8, l1=0.0) -> tuple[torch.Tensor, torch.Tensor]:
+              patience=8, l1=0.0, restarts=0) -> tuple[torch.Tensor, torch.Tensor]:
     """Stochastic Frank-Wolfe over the relaxed k-sparse polytope, then top-k binarisation.
 
     Minimises ``f(s) = -score(V(z, s)) + l1 * sum(s)`` over ``{s in [0,1]^m : sum s <= k}`` (the
@@ -131,10 +131,29 @@ def fw_select(verifier, z, y, k, objective, reject, *, iters=250, lr=0.1, moment
     most negative coordinates of ``d`` that are negative; ``s <- s + lr (v - s)``. After every step the
     top-k binarisation is scored; each example keeps its best binary mask and stops after ``patience``
     steps without improvement, independently of the other examples of the batch.
+
+    ``restarts`` further runs (PROPOSED) start at a vertex: restart ``r`` reveals the same ``k``
+    concepts for every example, drawn uniformly by ``torch.Generator().manual_seed(r)`` (so results
+    do not depend on the batch); the best binary mask over all runs is kept per example.
     """
+    best_mask, best_sc = _fw_run(verifier, z, y, k, objective, reject, None, iters, lr, momentum,
+                                 patience, l1)
+    m = z.shape[1]
+    for r in range(int(restarts)):
+        start = torch.zeros_like(z)
+        start[:, torch.randperm(m, generator=torch.Generator().manual_seed(r))[:k]] = 1.0
+        mask, sc = _fw_run(verifier, z, y, k, objective, reject, start, iters, lr, momentum,
+                           patience, l1)
+        better = sc > best_sc
+        best_sc = torch.where(better, sc, best_sc)
+        best_mask = torch.where(better.unsqueeze(1), mask, best_mask)
+    return best_mask, best_sc
+
+
+def _fw_run(verifier, z, y, k, objective, reject, start, iters, lr, momentum, patience, l1):
     b, m = z.shape
     relaxed = "morgana" if objective == "fool" else objective
-    s = torch.full_like(z, k / m)
+    s = torch.full_like(z, k / m) if start is None else start.clone()
     d = torch.zeros_like(z)
     best_mask = _topk_mask(s, k)
     with torch.no_grad():
