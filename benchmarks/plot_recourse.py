@@ -132,10 +132,12 @@ def make_figure(out: Path, n: int = 8, train: bool = False) -> Path:
             ax.annotate("", xy=cf, xytext=x, arrowprops={"arrowstyle": "->", "color": "tab:blue"})
     ax.scatter(inst2[:, 0], inst2[:, 1], c="k", s=22, label="instances (malignant)")
     ax.scatter(ours2["x_cf"][:, 0], ours2["x_cf"][:, 1], c="tab:blue", s=22,
-               label=f"ASR-ICL ({ours2['queries']:.0f} queries/inst.)")
+               label=f"ASR-ICL ({ours2['queries']:.0f} queries/inst., "
+                     f"{ours2['validity']:.0%} valid)")
     if dice2 is not None:
         ax.scatter(dice2["x_cf"][:, 0], dice2["x_cf"][:, 1], c="tab:purple", marker="x", s=30,
-                   label=f"DiCE random ({dice2['queries']:.0f} queries/inst.)")
+                   label=f"DiCE random ({dice2['queries']:.0f} queries/inst., "
+                         f"{dice2['validity']:.0%} valid)")
     ax.set_xlabel("mean radius")
     ax.set_ylabel("mean concavity")
     ax.set_title(f"recourse to 'benign' for {label}", fontsize=10)
