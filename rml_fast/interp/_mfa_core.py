@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -113,6 +114,49 @@ def loglik_resp(X: np.ndarray, P: Prepared, chunk: int) -> tuple[np.ndarray, np.
     return ll, R
 
 
+def _base_logpdf(X: np.ndarray, X2: np.ndarray, P: Prepared) -> np.ndarray:
+    """``log π_k + log N_k(x)`` without the Woodbury term ``+½‖u‖²``, shape (N, K)."""
+    if P.pinv.shape[0] == 1:
+        quad = (-0.5 * (X2 @ P.pinv[0]))[:, None]
+    else:
+        quad = -0.5 * (X2 @ P.pinv.T)
+    return P.const[None, :] + quad + X @ P.pm.T
+
+
+@njit(cache=True, nogil=True)
+def _fused_estep(base, U, R, RU, Nk, Sz, Szz):  # pragma: no cover - compiled
+    """One pass over a row block: add ½‖u‖², log-sum-exp, responsibilities ``R``, ``R·u``
+    and the sums ``Σα``, ``Σα u``, ``Σα u uᵀ`` (in place); returns ``Σ_n log p(x_n)``."""
+    n, K, q = U.shape
+    lp = np.empty(K)
+    total = 0.0
+    for i in range(n):
+        m = -np.inf
+        for k in range(K):
+            v = base[i, k]
+            for j in range(q):
+                v += 0.5 * U[i, k, j] * U[i, k, j]
+            lp[k] = v
+            if v > m:
+                m = v
+        tot = 0.0
+        for k in range(K):
+            lp[k] = np.exp(lp[k] - m)
+            tot += lp[k]
+        total += m + np.log(tot)
+        for k in range(K):
+            r = lp[k] / tot
+            R[i, k] = r
+            Nk[k] += r
+            for j in range(q):
+                ru = r * U[i, k, j]
+                RU[i, k, j] = ru
+                Sz[k, j] += ru
+                for t in range(q):
+                    Szz[k, j, t] += ru * U[i, k, t]
+    return total
+
+
 def em_step(
     X: np.ndarray,
     means: np.ndarray,
@@ -145,20 +189,20 @@ def em_step(
     Szz = np.zeros((K, q, q))
     Sxx = np.zeros((K, D))
     total = 0.0
+    X2 = X * X
+    R = np.empty((min(chunk, N), K))
+    RU = np.empty((min(chunk, N), K, q))
     for s in range(0, N, chunk):
-        Xc = X[s:s + chunk]
+        Xc, X2c = X[s:s + chunk], X2[s:s + chunk]
         n = Xc.shape[0]
-        lp, U = component_logpdf(Xc, P)
-        lse, R = _lse_resp(lp)
-        total += float(lse.sum())
-        Nk += R.sum(axis=0)
-        Sx += R.T @ Xc
-        Sxx += R.T @ (Xc * Xc)
+        base = _base_logpdf(Xc, X2c, P)
+        U = (Xc @ P.B).reshape(n, K, q)
+        U -= P.muB[None]
+        total += _fused_estep(base, U, R[:n], RU[:n], Nk, Sz, Szz)
+        Sx += R[:n].T @ Xc
+        Sxx += R[:n].T @ X2c
         if q > 0:  # statistics of u; E[z] = L⁻ᵀu is applied once per component below
-            RU = R[:, :, None] * U
-            Sxz += Xc.T @ RU.reshape(n, K * q)
-            Sz += RU.sum(axis=0)
-            Szz += np.matmul(RU.transpose(1, 2, 0), U.transpose(1, 0, 2))
+            Sxz += Xc.T @ RU[:n].reshape(n, K * q)
     Li = P.Linv
     Sxz3 = np.matmul(Sxz.reshape(D, K, q).transpose(1, 0, 2), Li)  # Σα x E[z]ᵀ, (K, D, q)
     Sz = np.matmul(Sz[:, None, :], Li)[:, 0]  # Σα E[z]
