@@ -34,6 +34,7 @@ import torch
 
 from rml_fast._validation import Interval, check_rng, check_scalar
 from rml_fast.interp._nana_adapters import Adapter, adapt
+from rml_fast.interp._nana_sca import direct_grad, metric, prepare_query, removal_deltas
 
 __all__ = ["DEUBank", "NativeNetworkAnatomy", "deu_decompose", "fourier_concentration"]
 
@@ -458,64 +459,8 @@ class NativeNetworkAnatomy:
 
     # ------------------------------------------------------------------------- SCA
 
-    def _prepare(self, tokens: Any, pos_ids: Any, neg_ids: Any, position: Any):
-        """Flatten the query into (batch index, position index, dW) triples of length N."""
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
-            raise ValueError("tokens must be an integer torch.Tensor of shape (batch, pos)")
-        B, P = tokens.shape
-        if isinstance(position, str):
-            if position != "all":
-                raise ValueError(f"position must be an int, (batch,) ints or 'all', got {position!r}")
-            shape: tuple[int, ...] = (B, P)
-            bi = torch.arange(B).repeat_interleave(P)
-            pi = torch.arange(P).repeat(B)
-        else:
-            pos = torch.as_tensor(position, dtype=torch.long)
-            pos = pos.expand(B) if pos.ndim == 0 else pos
-            if pos.shape != (B,) or bool(((pos < -P) | (pos >= P)).any()):
-                raise ValueError(
-                    f"position must be an int, (batch,) ints in [-{P}, {P}) or 'all', got {position!r}"
-                )
-            shape, bi, pi = (B,), torch.arange(B), pos % P
-        N, V = bi.shape[0], self.adapter.unembed().shape[1]
-        yp = torch.as_tensor(pos_ids, dtype=torch.long)
-        yp = yp.expand(shape) if yp.ndim == 0 else yp
-        if tuple(yp.shape) != shape or bool(((yp < 0) | (yp >= V)).any()):
-            raise ValueError(
-                f"pos_ids must be an int or token ids in [0, {V}) of shape {shape}, got {pos_ids!r}"
-            )
-        if neg_ids is None:
-            yn = torch.zeros(N, 0, dtype=torch.long)
-        else:
-            yn = torch.as_tensor(neg_ids, dtype=torch.long)
-            yn = yn.reshape(1) if yn.ndim == 0 else yn
-            yn = yn.expand(*shape, -1) if yn.ndim == 1 else yn
-            if tuple(yn.shape[:-1]) != shape or bool(((yn < 0) | (yn >= V)).any()):
-                raise ValueError(
-                    f"neg_ids must be ids in [0, {V}) of shape (k,) or {(*shape, 'k')}, got {neg_ids!r}"
-                )
-            yn = yn.reshape(N, -1)
-        WU = self.adapter.unembed().to(self.dtype)
-        dW = WU[:, yp.reshape(N)].T  # (N, D)
-        if yn.shape[1]:
-            dW = dW - WU[:, yn].mean(-1).T
-        return tokens, bi, pi, dW, shape
-
-    def _metric(self, final: torch.Tensor, bi: torch.Tensor, pi: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
-        x = final[bi, pi].to(self.dtype)
-        return (x * dW).sum(-1)  # unembedding bias: constant, cancels in differences
-
-    def _direct_grad(self, rec: Any, layer: int, bi: torch.Tensor, pi: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
-        """``g`` (N, D): the frozen-norm linear map from a write of MLP ``layer`` to the metric."""
-        norms = self.adapter.norms()
-        g = dW
-        for name in reversed(self.adapter.chain(layer)):
-            gain, eps = norms[name]
-            x = rec.ln_in[name][bi, pi].to(self.dtype)
-            s = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
-            g = g * gain.to(self.dtype) / s
-            g = g - g.mean(-1, keepdim=True)
-        return g
+    def _query(self, tokens: Any, pos_ids: Any, neg_ids: Any, position: Any):
+        return prepare_query(tokens, pos_ids, neg_ids, position, self.adapter.unembed().to(self.dtype))
 
     def _layers(self, layers: Any) -> list[int]:
         if layers is None:
@@ -539,11 +484,11 @@ class NativeNetworkAnatomy:
         >>> tuple(nana.direct_logit_attribution(torch.tensor([[1, 2]]), 3).shape)
         (1, 1)
         """
-        tokens, bi, pi, dW, shape = self._prepare(tokens, pos_ids, neg_ids, position)
+        bi, pi, dW, shape = self._query(tokens, pos_ids, neg_ids, position)
         ls = self._layers(layers)
         rec = self.adapter.run(tokens, ls)
         out = torch.stack(
-            [(rec.mlp_out[lay][bi, pi].to(self.dtype) * self._direct_grad(rec, lay, bi, pi, dW)).sum(-1)
+            [(rec.mlp_out[lay][bi, pi].to(self.dtype) * direct_grad(self.adapter, rec, lay, bi, pi, dW)).sum(-1)
              for lay in ls], 1)  # fmt: skip
         return out.reshape(*shape, len(ls))
 
@@ -611,61 +556,33 @@ class NativeNetworkAnatomy:
         chunk = int(check_scalar(chunk, "chunk", Interval("int", 1, None)))
         ls = self._layers(layers)
         banks = [self._bank(lay, kind) for lay in ls]
-        tokens, bi, pi, dW, shape = self._prepare(tokens, pos_ids, neg_ids, position)
+        bi, pi, dW, shape = self._query(tokens, pos_ids, neg_ids, position)
         B = tokens.shape[0]
         rec = self.adapter.run(tokens, ls)
         if mode == "direct":
             out, bias = [], []
             for lay, bank in zip(ls, banks, strict=True):
-                g = self._direct_grad(rec, lay, bi, pi, dW)  # (N, D)
+                g = direct_grad(self.adapter, rec, lay, bi, pi, dW)  # (N, D)
                 h = rec.post[lay][bi, pi].to(self.dtype)  # (N, F)
                 out.append((h @ bank.U.T) * bank.S * (g @ bank.V.T))
                 bias.append(g @ self.adapter.mlp(lay).b_out.to(self.dtype))
             scores = torch.stack(out, 1).reshape(*shape, len(ls), -1)
             return (scores, torch.stack(bias, 1).reshape(*shape, len(ls))) if return_bias else scores
-        base = self._metric(rec.final, bi, pi, dW)
+        base = metric(rec.final, bi, pi, dW)
         res = []
         for lay, bank in zip(ls, banks, strict=True):
-            deltas = self._unit_deltas(rec, lay, bank)
+            folded = self._mlp(lay) if kind == "mlp_in" else None
             vals = []
-            for d in deltas(chunk):  # (n, B, P, D): n units' removals, batched
+            for d in removal_deltas(rec, lay, bank.U, bank.S, bank.V, kind, folded, self.fold_ln, chunk):
+                # d: (n, B, P, D), the removals of n units, run downstream as one batch
                 n = d.shape[0]
                 flat = d.reshape(n * B, *d.shape[2:])
                 r2 = self.adapter.run(tokens.repeat(n, 1), [], {lay: lambda y, f=flat: y - f.to(y.dtype)})
                 rows = (torch.arange(n)[:, None] * B + bi[None]).reshape(-1)
-                ablated = self._metric(r2.final, rows, pi.repeat(n), dW.repeat(n, 1))
+                ablated = metric(r2.final, rows, pi.repeat(n), dW.repeat(n, 1))
                 vals.append((base.repeat(n) - ablated).reshape(n, -1).T)
             res.append(torch.cat(vals, 1))
         return torch.stack(res, 1).reshape(*shape, len(ls), -1)
-
-    def _unit_deltas(self, rec: Any, layer: int, bank: DEUBank):
-        """Yields chunks (n, B, P, D) of ``mlp_out - mlp_out(unit removed)``."""
-        h = rec.post[layer].to(self.dtype)
-        if bank.kind == "mlp_out":
-            coef = (h @ bank.U.T) * bank.S  # (B, P, r)
-
-            def gen(chunk: int):
-                for s in range(0, bank.n_units, chunk):
-                    yield torch.einsum("bpr,rd->rbpd", coef[..., s:s + chunk], bank.V[s:s + chunk])
-
-            return gen
-        W_in, b_in, w = self._mlp(layer)
-        x = rec.mlp_x[layer].to(self.dtype)
-        if w.ln_w is not None:
-            x = torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=w.ln_eps)
-            if not self.fold_ln:
-                x = x * w.ln_w.to(self.dtype) + w.ln_b.to(self.dtype)
-        pre = x @ W_in + b_in
-        W_out = w.W_out.to(self.dtype)
-        y = w.act(pre) @ W_out
-        proj = (x @ bank.U.T) * bank.S  # (B, P, r)
-
-        def gen_in(chunk: int):
-            for s in range(0, bank.n_units, chunk):
-                pre_i = pre[None] - torch.einsum("bpr,rf->rbpf", proj[..., s:s + chunk], bank.V[s:s + chunk])
-                yield y[None] - w.act(pre_i) @ W_out
-
-        return gen_in
 
     def ablate_units(self, tokens: Any, layer: int, units: Any, kind: str = "mlp_out") -> torch.Tensor:
         """Final normalised residual (B, P, D) with ``units`` of one matrix removed jointly.
@@ -682,29 +599,21 @@ class NativeNetworkAnatomy:
         (1, 2, 8)
         """
         bank = self._bank(layer, kind)
-        idx = torch.as_tensor(units, dtype=torch.long).reshape(-1)
-        sub = DEUBank(bank.U[idx], bank.S[idx], bank.V[idx], layer, kind)
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2:
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
             raise ValueError("tokens must be an integer torch.Tensor of shape (batch, pos)")
+        idx = torch.as_tensor(units, dtype=torch.long).reshape(-1)
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= bank.n_units):
+            raise ValueError(f"units must lie in [0, {bank.n_units}), got {units!r}")
         rec = self.adapter.run(tokens, [layer])
-        if kind == "mlp_out":
-            h = rec.post[layer].to(self.dtype)
-            delta = ((h @ sub.U.T) * sub.S) @ sub.V
-        else:
-            W_in, b_in, w = self._mlp(layer)
-            x = rec.mlp_x[layer].to(self.dtype)
-            if w.ln_w is not None:
-                x = torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=w.ln_eps)
-                if not self.fold_ln:
-                    x = x * w.ln_w.to(self.dtype) + w.ln_b.to(self.dtype)
-            pre = x @ W_in + b_in
-            W_out = w.W_out.to(self.dtype)
-            delta = w.act(pre) @ W_out - w.act(pre - ((x @ sub.U.T) * sub.S) @ sub.V) @ W_out
-        return self.adapter.run(tokens, [], {layer: lambda y: y - delta.to(y.dtype)}).final
+        folded = self._mlp(layer) if kind == "mlp_in" else None
+        (delta,) = removal_deltas(rec, layer, bank.U[idx], bank.S[idx], bank.V[idx], kind, folded,
+                                  self.fold_ln, 1, joint=True)  # fmt: skip
+        return self.adapter.run(tokens, [], {layer: lambda y: y - delta[0].to(y.dtype)}).final
 
     # ------------------------------------------------------------------------- pathways
 
-    def dominant_pathway(self, sca: torch.Tensor, mass: float = 0.8, layers: Any = None) -> dict[int, torch.Tensor]:
+    @staticmethod
+    def dominant_pathway(sca: torch.Tensor, mass: float = 0.8, layers: Any = None) -> dict[int, torch.Tensor]:
         """Smallest set of units per layer carrying a fraction ``mass`` of the MLP's total effect.
 
         Scores are averaged over the batch; with total ``T = sum_i SCA_i`` the units are sorted
@@ -726,7 +635,7 @@ class NativeNetworkAnatomy:
         --------
         >>> import torch
         >>> s = torch.tensor([[[0.1, 2.0, -0.5, 1.0]]])
-        >>> NativeNetworkAnatomy.dominant_pathway(None, s, mass=0.8)
+        >>> NativeNetworkAnatomy.dominant_pathway(s, mass=0.8)
         {0: tensor([1, 3])}
         """
         mass = float(check_scalar(mass, "mass", Interval("real", 0, 1, "right")))

@@ -146,6 +146,7 @@ def test_transformer_lens_adapter_matches_zoo_and_tl_dla():
     sa, ba = a.sca(tokens, 5, [9], return_bias=True)
     sb, bb = b.sca(tokens, 5, [9], return_bias=True)
     torch.testing.assert_close(sa, sb, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ba, bb, atol=1e-5, rtol=1e-4)
     # TransformerLens' own frozen-LN attribution of the MLP outputs
     _, cache = tl.run_with_cache(tokens)
     stack = torch.stack([cache[f"blocks.{layer}.hook_mlp_out"][:, -1] for layer in range(2)])
@@ -234,12 +235,12 @@ def test_planted_units_recover_tokens():
 
 def test_dominant_pathway_closed_form_and_minimality():
     s = torch.tensor([[0.5, -0.2, 0.3, 0.1, 0.0], [-1.0, 0.2, -0.5, 0.0, 0.1]], dtype=F64)
-    dom = NativeNetworkAnatomy.dominant_pathway(None, s, mass=0.8)
+    dom = NativeNetworkAnatomy.dominant_pathway(s, mass=0.8)
     assert dom[0].tolist() == [0, 2]  # total 0.7: 0.5 < 0.56 <= 0.8
     assert dom[1].tolist() == [0]  # total -1.2: 1.0 >= 0.96
     rng = np.random.default_rng(0)
     sca = torch.from_numpy(rng.standard_normal((4, 3, 30)))
-    for layer, idx in NativeNetworkAnatomy.dominant_pathway(None, sca, mass=0.6).items():
+    for layer, idx in NativeNetworkAnatomy.dominant_pathway(sca, mass=0.6).items():
         row = sca.mean(0)[layer]
         sgn = float(torch.sign(row.sum()))
         assert float(sgn * row[idx].sum()) >= 0.6 * abs(float(row.sum())) - 1e-12
