@@ -292,6 +292,12 @@ def test_guarantee_on_simulated_correlated_errors(rho):
         assert gain >= model.guaranteed_gain_ - 0.004
         if rho <= -0.2:
             assert model.guaranteed_gain_ > 0
+        # PROPOSED: robust to the DM's own estimated s_h as well
+        unsure = RobustComplementarity(n_boot=300, random_state=rep, human_uncertain=True).fit(
+            np.column_stack([sim.h, sim.a]), sim.y)
+        assert unsure.score(np.column_stack([test.h, test.a]), test.y) >= (
+            unsure.guaranteed_gain_ - 0.004)
+        assert unsure.guaranteed_gain_ <= model.guaranteed_gain_ + 1e-15
         if rho >= 0.9:
             assert model.weight_ == 0.0  # rho s_a > s_h: the AI cannot help robustly
     assert covered >= 2
