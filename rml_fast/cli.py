@@ -1,4 +1,5 @@
-"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo`` (``np``, ``alignment NAME``, ``fairness``).
+"""The ``rml-fast`` command: ``info``, ``bench`` and ``demo`` (``np``, ``alignment NAME``, ``interp NAME``,
+``fairness``).
 
 Bad arguments end with a one-line argparse error (exit status 2, no traceback); an optional
 dependency that is not installed ends with one line naming the pip extra that provides it
@@ -188,12 +189,39 @@ def _run_alignment_demo(args: argparse.Namespace) -> int:
     return _run_contract_demo(args, load_demo(args.experiment))
 
 
+def _run_interp_demo(args: argparse.Namespace) -> int:
+    if _figure_problem(args, "interp"):
+        return 1
+    from rml_fast.interp.demos import load_demo
+
+    return _run_contract_demo(args, load_demo(args.experiment))
+
+
 def _run_fairness_demo(args: argparse.Namespace) -> int:
     if _figure_problem(args, "fairness"):
         return 1
     from rml_fast.fairness import demo
 
     return _run_contract_demo(args, demo)
+
+
+def _add_contract_demo(
+    demo_sub: Any, name: str, help_text: str, demos: dict[str, tuple[str, str]]
+) -> argparse.ArgumentParser:
+    """A ``demo NAME EXPERIMENT`` sub-parser for a package of contract demos (``demos``: DEMOS)."""
+    p = demo_sub.add_parser(name, help=help_text)
+    p.add_argument(
+        "experiment",
+        choices=sorted(demos),
+        help="; ".join(f"{k}: {v[1]}" for k, v in sorted(demos.items())),
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="the smallest setting that still shows the effect"
+    )
+    p.add_argument("--out", default=None, help="PNG figure to write (default: none)")
+    p.add_argument("--seed", type=_int_at_least(0), default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
 
 
 def _version() -> str:
@@ -232,25 +260,21 @@ def _main(argv: list[str] | None) -> int:
         "bench", help="run benchmark suites against their peers", add_help=False
     )
     bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
-    demo_top = sub.add_parser("demo", help="run a method's demo (np, alignment, fairness)")
+    demo_top = sub.add_parser("demo", help="run a method's demo (np, alignment, interp, fairness)")
     demo_sub = demo_top.add_subparsers(dest="name", required=True, metavar="name")
     demo_p = demo_sub.add_parser("np", help="SFConvCNP vs ConvCNP on GP-RBF tasks")
-    align_p = demo_sub.add_parser(
-        "alignment", help="alignment objectives' effects on toy policies and denoisers"
-    )
-    from rml_fast.alignment.demos import DEMOS
+    from rml_fast.alignment.demos import DEMOS as ALIGNMENT_DEMOS
+    from rml_fast.interp.demos import DEMOS as INTERP_DEMOS
 
-    align_p.add_argument(
-        "experiment",
-        choices=sorted(DEMOS),
-        help="; ".join(f"{k}: {v[1]}" for k, v in sorted(DEMOS.items())),
+    align_p = _add_contract_demo(
+        demo_sub,
+        "alignment",
+        "alignment objectives' effects on toy policies and denoisers",
+        ALIGNMENT_DEMOS,
     )
-    align_p.add_argument(
-        "--quick", action="store_true", help="the smallest setting that still shows the effect"
+    interp_p = _add_contract_demo(
+        demo_sub, "interp", "interpretability experiments on the tiny-model zoo", INTERP_DEMOS
     )
-    align_p.add_argument("--out", default=None, help="PNG figure to write (default: none)")
-    align_p.add_argument("--seed", type=_int_at_least(0), default=0)
-    align_p.add_argument("--no-progress", action="store_true", help="no progress bars")
     fair_p = demo_sub.add_parser(
         "fairness", help="multi-class accuracy-fairness frontier on a real data set"
     )
@@ -297,11 +321,14 @@ def _main(argv: list[str] | None) -> int:
 
     if args.command == "demo":
         if rest:
-            {"alignment": align_p, "fairness": fair_p}.get(args.name, demo_p).error(
+            parsers = {"alignment": align_p, "interp": interp_p, "fairness": fair_p}
+            parsers.get(args.name, demo_p).error(
                 f"unrecognized arguments: {' '.join(rest)}"
             )
         if args.name == "alignment":
             return _run_alignment_demo(args)
+        if args.name == "interp":
+            return _run_interp_demo(args)
         if args.name == "fairness":
             return _run_fairness_demo(args)
         return _run_demo(args)

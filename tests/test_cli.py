@@ -34,6 +34,7 @@ def test_version(capsys):
         (["demo", "alignment", "nope"], "argument experiment: invalid choice: 'nope'"),
         (["demo", "alignment", "air", "--seed", "-2"], "argument --seed: expected an integer >= 0"),
         (["demo", "alignment", "air", "--bogus"], "unrecognized arguments: --bogus"),
+        (["demo", "interp", "nope"], "argument experiment: invalid choice: 'nope'"),
         (["demo", "fairness", "--seed", "x"], "argument --seed: expected an integer"),
         (["demo", "fairness", "--bogus"], "unrecognized arguments: --bogus"),
         (["info", "--bogus"], "unrecognized arguments: --bogus"),
@@ -178,10 +179,29 @@ def test_alignment_demo_runs_the_registered_module(monkeypatch, capsys):
     assert calls[-1] == {"seed": 0, "quick": False, "out": None, "progress": False}
 
 
-def test_every_registered_alignment_demo_honours_the_contract():
+def test_interp_demo_runs_the_registered_module(monkeypatch, capsys):
+    import types
+
+    from rml_fast.interp import demos
+
+    calls = []
+    fake = types.SimpleNamespace(
+        run=lambda **kw: calls.append(kw) or {"gain": 2.0},
+        format_table=lambda result: f"gain {result['gain']}",
+    )
+    monkeypatch.setattr(demos, "load_demo", lambda name: calls.append(name) or fake)
+    assert cli.main(["demo", "interp", "energy_dps", "--quick", "--no-progress"]) == 0
+    assert calls == ["energy_dps", {"seed": 0, "quick": True, "out": None, "progress": False}]
+    assert capsys.readouterr().out.strip() == "gain 2.0"
+
+
+@pytest.mark.parametrize("package", ["alignment", "interp"])
+def test_every_registered_demo_honours_the_contract(package):
+    import importlib
     import inspect
 
-    from rml_fast.alignment.demos import DEMOS, load_demo
+    demos = importlib.import_module(f"rml_fast.{package}.demos")
+    DEMOS, load_demo = demos.DEMOS, demos.load_demo
 
     with pytest.raises(ValueError, match="name must be one of"):
         load_demo("nope")

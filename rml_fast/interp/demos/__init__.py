@@ -17,7 +17,12 @@ from types import ModuleType
 __all__ = ["DEMOS", "load_demo"]
 
 #: demo name -> (module under rml_fast.interp.demos, one-line description)
-DEMOS: dict[str, tuple[str, str]] = {}
+DEMOS: dict[str, tuple[str, str]] = {
+    "energy_dps": (
+        "energy_dps",
+        "EnergyDPS vs activation maximisation vs top-k retrieval for digits-CNN logits",
+    ),
+}
 
 
 def load_demo(name: str) -> ModuleType:
