@@ -45,7 +45,8 @@ from rml_fast.decisions._recourse_search import (
 
 __all__ = ["AdaptiveSubspaceRecourse", "RecourseResult", "as_predict_proba", "asr_recourse"]
 
-STATUSES = ("found", "already_valid", "budget_exhausted", "no_actionable_features")
+STATUSES = ("found", "already_valid", "budget_exhausted", "no_actionable_features",
+            "failed_verification")
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,13 @@ class RecourseResult:
         ``"already_valid"``).
     valid : ndarray of shape (m,), bool
         Whether the model's prediction at ``x_cf`` is a desired class -- read from the query
-        of that very point during the search (equal to ``found``).
+        of that very point during the search, or from the re-query with ``verify=True``
+        (equal to ``found``).
     status : ndarray of shape (m,), object
         ``"found"``, ``"already_valid"`` (the model already predicts a desired class; ``x_cf``
-        is ``x``), ``"budget_exhausted"`` (no valid point within ``max_queries``) or
-        ``"no_actionable_features"`` (every feature is immutable or pinned by its bounds).
+        is ``x``), ``"budget_exhausted"`` (no valid point within ``max_queries``),
+        ``"no_actionable_features"`` (every feature is immutable or pinned by its bounds) or
+        ``"failed_verification"`` (``verify=True`` and the re-query disagreed).
     target : ndarray of shape (m,), int64
         The desired class (column of ``predict_proba``), or -1 for "any class but the
         current one".
@@ -309,6 +312,11 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         PROPOSED: bisection steps on the scale of the final move toward ``x`` (0 disables).
     cost : {"l1", "l2"}, default="l1"
         ``sum_j |delta_j| / MAD_j`` or ``||delta / MAD||_2``.
+    verify : bool, default=False
+        Re-query every returned point in one more batched call (one query per found
+        instance, reserved inside ``max_queries``); a point the model no longer puts in the
+        target class (a stochastic predictor, e.g. an LLM sampled at temperature > 0) becomes
+        NaN with status ``"failed_verification"``.
     random_state : int, numpy.random.Generator or None, default=None
         Seed of the probe directions and the exploration.
     progress : bool, default=True
@@ -350,7 +358,8 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
                  adaptive_mu: bool = True, probe_fallback: bool = True,
                  grow_subspace: bool = True, accept_probes: bool = True,
                  sparsification: str = "rescale", polish: bool = True, shrink_steps: int = 6, cost: str = "l1",
-                 random_state: Any = None, progress: bool = True) -> None:
+                 verify: bool = False, random_state: Any = None,
+                 progress: bool = True) -> None:
         self.predictor = predictor
         self.immutable = immutable
         self.monotone = monotone
@@ -380,6 +389,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         self.polish = polish
         self.shrink_steps = shrink_steps
         self.cost = cost
+        self.verify = verify
         self.random_state = random_state
         self.progress = progress
 
@@ -391,10 +401,12 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
             if getattr(self, name) not in options:
                 raise ValueError(f"{name} must be one of {options}, got {getattr(self, name)!r}")
         for name in ("adaptive_mu", "probe_fallback", "grow_subspace", "accept_probes",
-                     "polish", "progress"):
+                     "polish", "verify", "progress"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        vals.pop("max_queries")
+        if vals.pop("max_queries") < 2 and self.verify:
+            raise ValueError("max_queries must be >= 2 with verify=True (one query is reserved "
+                             f"for the re-query), got {self.max_queries}")
         return _Config(init=self.init, directions=self.directions, step_rule=self.step_rule,
                        adaptive_mu=bool(self.adaptive_mu),
                        probe_fallback=bool(self.probe_fallback),
@@ -582,7 +594,8 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
             if spaces[i].actionable.size == 0:
                 outs[i].status = "no_actionable_features"
                 continue
-            g = search(spaces[i], desired[i], self.max_queries, cfg, rng, outs[i], P0[i])
+            g = search(spaces[i], desired[i], self.max_queries - int(self.verify), cfg, rng,
+                       outs[i], P0[i])
             first = next(g, None)
             if first is not None:
                 gens[i], pending[i] = g, first
@@ -609,7 +622,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
                 pos += k
         if bar is not None:
             bar.close()
-        return self._result(X, spaces, outs, tgt, cls0, f)
+        return self._result(X, spaces, outs, tgt, cls0, desired, f)
 
     def _targets(self, target: Any, m: int, K: int) -> np.ndarray:
         if target is None:
@@ -635,7 +648,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
                              f"classes), got {t[(t < 0) | (t >= K)][0]}")
         return t
 
-    def _result(self, X, spaces, outs, tgt, cls0, f) -> RecourseResult:
+    def _result(self, X, spaces, outs, tgt, cls0, desired, f) -> RecourseResult:
         m, d = X.shape
         x_cf = np.full((m, d), np.nan)
         cost = np.full(m, np.nan)
@@ -648,6 +661,14 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         status = np.array([o.status for o in outs], dtype=object)
         found = np.isin(status, ("found", "already_valid"))
         n_queries = np.array([o.n_queries for o in outs], dtype=np.int64)
+        if self.verify and found.any():  # one more batched call re-queries every point
+            rows = np.flatnonzero(found)
+            ok = desired[rows, np.argmax(f(x_cf[rows]), axis=1)]
+            n_queries[rows] += 1
+            bad = rows[~ok]
+            status[bad] = "failed_verification"
+            found[bad] = False
+            x_cf[bad], cost[bad], n_changed[bad] = np.nan, np.nan, -1
         if n_queries.sum() != f.rows:  # internal bookkeeping must match the model's calls
             raise RuntimeError(f"query count mismatch: {n_queries.sum()} vs {f.rows}")
         return RecourseResult(x_cf=x_cf, found=found, valid=found.copy(), status=status,

@@ -281,3 +281,30 @@ def test_fewer_queries_and_no_lower_validity_than_dice(bc):
     assert res.found.sum() >= valid
     assert model.rows == res.n_queries.sum()
     assert 5 * model.rows <= dice_rows, (model.rows, dice_rows)
+
+
+def test_verify_requeries_and_rejects_points_that_stop_being_valid(bc):
+    X, _, clf = bc
+    neg = X[clf.decision_function(X) < 0][:8]
+    model = Counting(clf)
+    est = AdaptiveSubspaceRecourse(model, verify=True, max_queries=60, random_state=0,
+                                   progress=False).fit(X)
+    res = est.generate(neg, target=1)
+    assert res.found.all() and model.rows == res.n_queries.sum()
+    assert np.all(res.n_queries <= 60)
+
+    class Drifting:  # answers honestly during the search, then always says class 0
+        classes_ = clf.classes_
+        calls = 0
+
+        def predict_proba(self, Z):
+            Drifting.calls += 1
+            P = clf.predict_proba(Z)
+            return P if Drifting.calls < res.n_calls else np.tile([1.0, 0.0], (len(Z), 1))
+
+    res2 = AdaptiveSubspaceRecourse(Drifting(), verify=True, max_queries=60, random_state=0,
+                                    progress=False).fit(X).generate(neg, target=1)
+    assert np.all(res2.status == "failed_verification") and not res2.valid.any()
+    assert np.isnan(res2.x_cf).all()
+    with pytest.raises(ValueError, match="verify"):
+        AdaptiveSubspaceRecourse(clf, verify=True, max_queries=1).fit(X)
