@@ -46,7 +46,7 @@ class RunRecord:
     ``post[l]`` (B, P, F), ``mlp_out[l]`` (B, P, D).
     """
 
-    final: torch.Tensor | None = None
+    final: torch.Tensor = field(default_factory=lambda: torch.empty(0))
     ln_in: dict[str, torch.Tensor] = field(default_factory=dict)
     mlp_x: dict[int, torch.Tensor] = field(default_factory=dict)
     post: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -365,7 +365,11 @@ class BertAdapter(Adapter):
         return out
 
     def norms(self) -> dict[str, tuple[torch.Tensor, float]]:
-        return {k: (_param(m.weight), float(m.eps)) for k, m in self._ln_mods().items()}
+        out: dict[str, tuple[torch.Tensor, float]] = {}
+        for k, m in self._ln_mods().items():
+            eps: Any = m.eps
+            out[k] = (_param(m.weight), float(eps))
+        return out
 
     def chain(self, layer: int) -> list[str]:
         names = [f"{layer}.out"]

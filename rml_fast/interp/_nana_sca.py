@@ -88,7 +88,7 @@ def mlp_input(rec: RunRecord, layer: int, w: MLPWeights, fold_ln: bool, dtype: t
     x = rec.mlp_x[layer].to(dtype)
     if w.ln_w is not None:
         x = torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=w.ln_eps)
-        if not fold_ln:
+        if not fold_ln and w.ln_b is not None:
             x = x * w.ln_w.to(dtype) + w.ln_b.to(dtype)
     return x
 
@@ -100,7 +100,7 @@ def removal_deltas(
     S: torch.Tensor,
     V: torch.Tensor,
     kind: str,
-    folded: tuple[torch.Tensor, torch.Tensor, MLPWeights],
+    folded: tuple[torch.Tensor, torch.Tensor, MLPWeights] | None,
     fold_ln: bool,
     chunk: int,
     joint: bool = False,
@@ -121,6 +121,8 @@ def removal_deltas(
         for s in range(0, r, chunk):
             yield torch.einsum("bpr,rd->rbpd", coef[..., s : s + chunk], V[s : s + chunk])
         return
+    if folded is None:
+        raise ValueError("kind='mlp_in' removals need the folded MLP weights")
     W_in, b_in, w = folded
     x = mlp_input(rec, layer, w, fold_ln, dtype)
     pre = x @ W_in + b_in

@@ -25,7 +25,7 @@ chain one such factor per norm. Mode ``"ablate"`` removes the unit from the weig
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,6 +245,15 @@ def fourier_concentration(values: Any, top: int = 1) -> np.ndarray:
     return srt[:, :top].sum(1) / np.maximum(power.sum(1), 1e-300)
 
 
+def _subtract(delta: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A replacement hook ``y -> y - delta`` (in ``y``'s dtype)."""
+
+    def fn(y: torch.Tensor) -> torch.Tensor:
+        return y - delta.to(y.dtype)
+
+    return fn
+
+
 class NativeNetworkAnatomy:
     """NaNA on a transformer: DEU banks of every MLP matrix, token readouts, SCA, pathways.
 
@@ -322,7 +331,7 @@ class NativeNetworkAnatomy:
         """Folded ``(W_in, b_in, weights)`` in the bank dtype."""
         w = self.adapter.mlp(layer)
         W_in, b_in = w.W_in.to(self.dtype), w.b_in.to(self.dtype)
-        if self.fold_ln and w.ln_w is not None:
+        if self.fold_ln and w.ln_w is not None and w.ln_b is not None:
             b_in = b_in + w.ln_b.to(self.dtype) @ W_in
             W_in = w.ln_w.to(self.dtype)[:, None] * W_in
         return W_in, b_in, w
@@ -577,7 +586,7 @@ class NativeNetworkAnatomy:
                 # d: (n, B, P, D), the removals of n units, run downstream as one batch
                 n = d.shape[0]
                 flat = d.reshape(n * B, *d.shape[2:])
-                r2 = self.adapter.run(tokens.repeat(n, 1), [], {lay: lambda y, f=flat: y - f.to(y.dtype)})
+                r2 = self.adapter.run(tokens.repeat(n, 1), [], {lay: _subtract(flat)})
                 rows = (torch.arange(n)[:, None] * B + bi[None]).reshape(-1)
                 ablated = metric(r2.final, rows, pi.repeat(n), dW.repeat(n, 1))
                 vals.append((base.repeat(n) - ablated).reshape(n, -1).T)
@@ -608,7 +617,7 @@ class NativeNetworkAnatomy:
         folded = self._mlp(layer) if kind == "mlp_in" else None
         (delta,) = removal_deltas(rec, layer, bank.U[idx], bank.S[idx], bank.V[idx], kind, folded,
                                   self.fold_ln, 1, joint=True)  # fmt: skip
-        return self.adapter.run(tokens, [], {layer: lambda y: y - delta[0].to(y.dtype)}).final
+        return self.adapter.run(tokens, [], {layer: _subtract(delta[0])}).final
 
     # ------------------------------------------------------------------------- pathways
 
