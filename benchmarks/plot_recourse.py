@@ -98,16 +98,15 @@ def make_figure(out: Path, n: int = 8, train: bool = False) -> Path:
     from rml_fast.decisions.icl_predictor import (
         AttentionICL,
         TransformerICL,
+        pretrained_icl_cached,
         pretrained_icl_transformer,
     )
-    from rml_fast.models.train import cache_dir
 
     Xall, y = load_breast_cancer(return_X_y=True)
     rng = np.random.default_rng(0)
     ctx = rng.choice(len(y), 32, replace=False)
     X2 = Xall[:, [0, 6]]
-    cached = any(cache_dir().glob("icl-tabular-*.pt"))
-    if cached or train:
+    if pretrained_icl_cached() or train:
         model2 = TransformerICL(X2[ctx], y[ctx], pretrained_icl_transformer(progress=True))
         label = "TransformerICL (TinyTransformer, 32-row context)"
     else:

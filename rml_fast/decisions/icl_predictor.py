@@ -37,8 +37,8 @@ from rml_fast.models.transformer import TinyConfig, TinyTransformer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AttentionICL", "ICLTabularNet", "TransformerICL", "pretrained_icl_transformer",
-           "train_icl_transformer"]
+__all__ = ["AttentionICL", "ICLTabularNet", "TransformerICL", "pretrained_icl_cached",
+           "pretrained_icl_transformer", "train_icl_transformer"]
 
 
 def _context(context_X: Any, context_y: Any, n_classes: int | None) -> tuple[np.ndarray, ...]:
@@ -349,6 +349,30 @@ DEFAULT_RECIPE: dict[str, Any] = {"steps": 1200, "batch": 16, "lr": 2e-3, "seed"
                                   "d_mlp": 64}
 
 
+def _pretrained_path() -> Path:
+    from rml_fast.models.train import cache_dir
+
+    blob = json.dumps({"v": 2, **DEFAULT_RECIPE}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return cache_dir() / f"icl-tabular-{key}.pt"
+
+
+def pretrained_icl_cached() -> bool:
+    """Whether :func:`pretrained_icl_transformer` would load its network rather than train it.
+
+    Returns
+    -------
+    bool
+        True when the default network is in the cache (``rml_fast.models.train.cache_dir()``).
+
+    Examples
+    --------
+    >>> isinstance(pretrained_icl_cached(), bool)
+    True
+    """
+    return _pretrained_path().is_file()
+
+
 def pretrained_icl_transformer(*, progress: bool = True, cache: bool = True) -> ICLTabularNet:
     """The default :class:`ICLTabularNet`, trained once and cached with the zoo models.
 
@@ -371,11 +395,7 @@ def pretrained_icl_transformer(*, progress: bool = True, cache: bool = True) -> 
     >>> pretrained_icl_transformer  # doctest: +ELLIPSIS
     <function pretrained_icl_transformer at ...>
     """
-    from rml_fast.models.train import cache_dir
-
-    blob = json.dumps({"v": 2, **DEFAULT_RECIPE}, sort_keys=True)
-    key = hashlib.sha256(blob.encode()).hexdigest()[:16]
-    final = cache_dir() / f"icl-tabular-{key}.pt"
+    final = _pretrained_path()
     kw = dict(DEFAULT_RECIPE)
     steps = kw.pop("steps")
     if cache and final.is_file():
@@ -383,7 +403,7 @@ def pretrained_icl_transformer(*, progress: bool = True, cache: bool = True) -> 
         net = ICLTabularNet(**state["hparams"])
         net.load_state_dict(state["model"])
         return net.eval()
-    partial = cache_dir() / f"icl-tabular-{key}.partial.pt" if cache else None
+    partial = final.with_name(final.stem + ".partial.pt") if cache else None
     net = train_icl_transformer(steps, checkpoint=partial, progress=progress, **kw)
     if cache:
         final.parent.mkdir(parents=True, exist_ok=True)
