@@ -51,6 +51,7 @@ _FINAL_LN = ("vector", "jacobian", "none")
 _READOUT_KEY = ("embed_cosine_centered", "embed_dot")
 _READOUT_VALUE = ("unembed",)
 _EFFECTS = ("total", "direct", "indirect")
+_STRATEGIES = ("auto", "tangents", "operator")
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,15 @@ class QueryLens:
         Contexts per primal pass.
     chunk_size : int, default=64
         Features per vectorised JVP/VJP.
+    strategy : {"auto", "tangents", "operator"}, default="auto"
+        ``tangents``: one JVP (value) / VJP (key) tangent per feature, vectorised with vmap.
+        ``operator``: both readouts are linear in the feature direction, so the token-averaged
+        transport is a ``D x D`` operator ``M`` (``u = M v``; the key side is ``g = M_key^T k``,
+        because ``mean_q g_q . w = k^T mean_p J (w at every position)``). ``M`` is built once per
+        operating point from ``D`` batched JVPs of the basis vectors and cached, after which
+        any number of features costs one matrix product. ``auto`` uses the operator when it is
+        cached or more than ``D`` directions are requested, else tangents. Never forms the
+        ``(n P D) x (n P D)`` Jacobian.
 
     Attributes
     ----------
@@ -210,6 +220,7 @@ class QueryLens:
         mediators: Iterable[str] | None = None,
         batch_size: int = 64,
         chunk_size: int = 64,
+        strategy: str = "auto",
     ) -> None:
         if not isinstance(model, TinyTransformer):
             raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
@@ -228,6 +239,7 @@ class QueryLens:
         if sdict.kind == "transcoder" and cfg.attn_only:
             raise ValueError("a transcoder needs an MLP at its layer; the model is attention-only")
         for name, val, allowed in (("transition", transition, _TRANSITIONS),
+                                   ("strategy", strategy, _STRATEGIES),
                                    ("readout_value", readout_value, _READOUT_VALUE),
                                    ("readout_key", readout_key, _READOUT_KEY),
                                    ("final_ln", final_ln, _FINAL_LN)):  # fmt: skip
@@ -256,7 +268,9 @@ class QueryLens:
         else:
             self._key_steps = [s for s in steps if s[1] < layer] + [("attn", layer)]
         self._value_steps = [s for s in steps if s[1] > layer]
+        self.strategy = strategy
         self._contexts: torch.Tensor | None = None
+        self._operators: dict[tuple[str, str], torch.Tensor] = {}
 
     # --- operating point -------------------------------------------------------------------
 
@@ -294,6 +308,7 @@ class QueryLens:
         if not bool(mask.any()):
             raise ValueError("mask must mark at least one valid token")
         self._contexts, self._mask = tokens, mask
+        self._operators = {}
         self.n_tokens_ = int(mask.sum())
         with torch.no_grad():
             self.embed_center_ = self.model.W_E.detach()[tokens[mask]].mean(0)
@@ -348,7 +363,8 @@ class QueryLens:
         transition : str or None, default=None
             Overrides the lens' ``transition``.
         batched : bool, default=True
-            vmap over the tangents (False: one ``jvp`` per vector, the naive loop).
+            vmap over the tangents or use the cached operator (see ``strategy``); False: one
+            ``jvp`` per vector, the naive loop (a reference).
 
         Examples
         --------
@@ -364,6 +380,49 @@ class QueryLens:
         self._check_fitted()
         vectors = self._vectors(vectors)
         transition = self.transition if transition is None else transition
+        if batched and self._use_operator("value", transition, vectors.shape[0]):
+            return vectors @ self._operator("value", transition)
+        return self._value_tangents(vectors, transition, batched)
+
+    def _use_operator(self, side: str, transition: str, n: int) -> bool:
+        if self.strategy == "tangents" or transition == "identity":
+            return False
+        return (self.strategy == "operator" or (side, transition) in self._operators
+                or n > self.model.cfg.d_model)  # fmt: skip
+
+    def _operator(self, side: str, transition: str) -> torch.Tensor:
+        """``M^T`` (value) or ``M`` (key), cached per operating point: rows ``v @ op``."""
+        key = (side, transition)
+        if key not in self._operators:
+            eye = torch.eye(self.model.cfg.d_model, dtype=self.model.W_E.dtype)
+            if side == "value":
+                self._operators[key] = self._value_tangents(eye, transition, True)
+            else:
+                self._operators[key] = self._key_forward(eye, transition).T
+        return self._operators[key]
+
+    def _key_forward(self, vectors: torch.Tensor, transition: str) -> torch.Tensor:
+        """Rows ``M w``: token-mean forward transport of ``w`` placed at every embedding."""
+        steps = self._key_steps
+        out = torch.zeros_like(vectors)
+        for op, mask in self._batches():
+            m = mask.to(vectors.dtype)[None, :, :, None]
+            for c in range(0, vectors.shape[0], self.chunk_size):
+                t = vectors[c : c + self.chunk_size, None, None, :] * m
+                if transition == "full":
+                    f = core.chain(self.model, steps, op, include_ln=self.include_ln,
+                                   mediators=self.mediators)  # fmt: skip
+                    u = core.push_forward(f, op.embed, t, True)
+                else:
+                    u = core.first_order_forward(
+                        self.model, steps, op, t, include_ln=self.include_ln,
+                        mediators=self.mediators, batched=True)  # fmt: skip
+                out[c : c + self.chunk_size] += (u * m).sum((1, 2)).detach()
+        return out / self.n_tokens_
+
+    def _value_tangents(
+        self, vectors: torch.Tensor, transition: str, batched: bool
+    ) -> torch.Tensor:
         steps, jac_ln = self._value_steps, self.final_ln == "jacobian"
         out = torch.zeros_like(vectors)
         for op, mask in self._batches():
@@ -399,7 +458,8 @@ class QueryLens:
         transition : str or None, default=None
             Overrides the lens' ``transition``.
         batched : bool, default=True
-            vmap over the cotangents (False: one ``vjp`` application per vector).
+            vmap over the cotangents or use the cached operator (see ``strategy``); False: one
+            ``vjp`` application per vector (a reference).
 
         Examples
         --------
@@ -415,6 +475,8 @@ class QueryLens:
         self._check_fitted()
         vectors = self._vectors(vectors)
         transition = self.transition if transition is None else transition
+        if batched and self._use_operator("key", transition, vectors.shape[0]):
+            return vectors @ self._operator("key", transition)
         steps = self._key_steps
         out = torch.zeros_like(vectors)
         for op, mask in self._batches():

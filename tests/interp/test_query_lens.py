@@ -139,12 +139,27 @@ def test_key_cosine_readout_against_explicit_formula():
     assert torch.allclose(ql.key_scores(), expect, atol=1e-10)
 
 
+@pytest.mark.parametrize("strategy", ["tangents", "operator"])
 @pytest.mark.parametrize("transition", ["full", "first_order"])
-def test_batched_equals_per_feature_loop(transition):
+@pytest.mark.parametrize("layer", [0, 1])
+def test_batched_and_operator_equal_per_feature_loop(transition, strategy, layer):
     model = _model()
-    ql = QueryLens(model, _sdict(1, f=7), transition=transition, chunk_size=3).fit(TOKENS)
+    ql = QueryLens(model, _sdict(layer, f=7), transition=transition, chunk_size=3,
+                   strategy=strategy, final_ln="jacobian").fit(TOKENS)  # fmt: skip
     assert torch.allclose(ql.value_scores(), ql.value_scores(batched=False), atol=ATOL)
     assert torch.allclose(ql.key_scores(), ql.key_scores(batched=False), atol=ATOL)
+    assert len(ql._operators) == (2 if strategy == "operator" else 0)
+
+
+def test_auto_strategy_switches_to_the_operator_for_many_features():
+    model = _model()
+    ql = QueryLens(model, _sdict(0, f=40)).fit(TOKENS)  # 40 features > D = 16
+    a = ql.key_scores()
+    assert ("key", "full") in ql._operators
+    ref = QueryLens(model, _sdict(0, f=40), strategy="tangents").fit(TOKENS).key_scores()
+    assert torch.allclose(a, ref, atol=ATOL)
+    ql.fit(TOKENS[:1])  # a new operating point drops the cached operators
+    assert not ql._operators
 
 
 def test_mask_and_context_batches():
