@@ -20,6 +20,13 @@ at the clean run (direct-logit attribution of a rank-1 subspace):
 ``s`` is the final norm's scale, ``dW_U = W_U[:, y+] - mean W_U[:, Y-]``); post-LN (BERT) models
 chain one such factor per norm. Mode ``"ablate"`` removes the unit from the weight instead
 (``W <- W - S_i u_i v_i^T``) and measures ``L_clean - L_ablated`` with a full forward.
+
+References
+----------
+Millidge & Black, "The singular value decompositions of transformer weight matrices are highly
+interpretable" (AI Alignment Forum, 2022). Nanda et al., "Progress measures for grokking via
+mechanistic interpretability", arXiv:2301.05217 (2023) (the Fourier features of modular
+addition). Ahmad et al., "Beyond Components", arXiv:2511.20273 (2025).
 """
 
 from __future__ import annotations
@@ -512,6 +519,7 @@ class NativeNetworkAnatomy:
         layers: Any = None,
         return_bias: bool = False,
         chunk: int = 64,
+        progress: bool = False,
     ) -> Any:
         """Subspace Contribution Analysis: each unit's contribution to ``L`` at ``position``.
 
@@ -535,6 +543,9 @@ class NativeNetworkAnatomy:
         return_bias : bool, default=False
             Direct mode: also return the bias term ``b_out . g`` (B, n_layers).
         chunk : int, default=64
+            Units removed per batched forward in ablate mode.
+        progress : bool, default=False
+            Show a tqdm bar over the ablate-mode forwards (one per chunk of units and layer).
 
         Returns
         -------
@@ -579,6 +590,10 @@ class NativeNetworkAnatomy:
             return (scores, torch.stack(bias, 1).reshape(*shape, len(ls))) if return_bias else scores
         base = metric(rec.final, bi, pi, dW)
         res = []
+        from tqdm.auto import tqdm
+
+        total = sum(-(-bank.n_units // chunk) for bank in banks)
+        bar = tqdm(total=total, desc="SCA ablate", disable=not progress, leave=False)
         for lay, bank in zip(ls, banks, strict=True):
             folded = self._mlp(lay) if kind == "mlp_in" else None
             vals = []
@@ -590,7 +605,9 @@ class NativeNetworkAnatomy:
                 rows = (torch.arange(n)[:, None] * B + bi[None]).reshape(-1)
                 ablated = metric(r2.final, rows, pi.repeat(n), dW.repeat(n, 1))
                 vals.append((base.repeat(n) - ablated).reshape(n, -1).T)
+                bar.update(1)
             res.append(torch.cat(vals, 1))
+        bar.close()
         return torch.stack(res, 1).reshape(*shape, len(ls), -1)
 
     def ablate_units(self, tokens: Any, layer: int, units: Any, kind: str = "mlp_out") -> torch.Tensor:

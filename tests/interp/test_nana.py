@@ -213,6 +213,25 @@ def test_ablate_all_units_equals_zeroed_matrix():
     torch.testing.assert_close(sca_in[:, 0, 4], want, atol=1e-4, rtol=1e-3)
 
 
+def test_unfolded_mlp_in_units_and_randomized_fit():
+    model, tokens = _zoo(), _tokens()
+    raw = NativeNetworkAnatomy(model, matrices=("mlp_in",), fold_ln=False).fit()
+    W_in = model.blocks[0].mlp.W_in.detach().double()
+    np.testing.assert_allclose(raw.banks_[(0, "mlp_in")].reconstruct().numpy(), W_in.numpy(), atol=1e-6)
+    got = raw.ablate_units(tokens, 0, list(range(32)), kind="mlp_in")
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        ref.blocks[0].mlp.W_in.zero_()
+        _, cache = ref.run_with_cache(tokens)
+    final = torch.nn.functional.layer_norm(cache["blocks.1.hook_resid_post"], (32,),
+                                           model.ln_final.w, model.ln_final.b, 1e-5)  # fmt: skip
+    torch.testing.assert_close(got.float(), final.detach(), atol=1e-5, rtol=1e-5)
+    fast = NativeNetworkAnatomy(model, rank=8, method="randomized", rng=0).fit()
+    full = NativeNetworkAnatomy(model, rank=8).fit()
+    for key, bank in full.banks_.items():
+        np.testing.assert_allclose(fast.banks_[key].S.numpy(), bank.S.numpy(), rtol=1e-3)
+
+
 def test_planted_units_recover_tokens():
     model = _zoo(ln=True, d=64, f=128, v=40, layers=1, seed=4)
     WU = model.unembed.detach().double()
