@@ -215,13 +215,17 @@ class TrainingHistory:
         if b.ndim != 1 or b.numel() == 0 or b.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"batch_indices must be a non-empty 1-D integer tensor, got {b.dtype} {tuple(b.shape)}")
         st = self.optimizer.state
-        step = int(st[self._params[0]]["step"])
+        stepped = [st[p]["step"] for p in self._params if "step" in st.get(p, {})]
+        step = int(max(stepped)) if stepped else 0
         if step != self.n_steps + 1:
             raise ValueError(f"optimizer is at step {step} but the log holds {self.n_steps}; call log_step after every optimizer.step()")
         groups = self.optimizer.param_groups
         dtype = self.dtype
         theta = self._flat_params(dtype)
-        v = torch.cat([st[p]["exp_avg_sq"].detach().reshape(-1).to("cpu", dtype) for p in self._params])
+        v = torch.cat([  # a parameter without a gradient so far has no state: v = 0
+            st[p]["exp_avg_sq"].detach().reshape(-1).to("cpu", dtype) if "exp_avg_sq" in st.get(p, {})
+            else torch.zeros(p.numel(), dtype=dtype) for p in self._params
+        ])  # fmt: skip
         lr = torch.tensor([float(groups[g]["lr"]) for g in self._group_of], dtype=torch.float64)
         wd = torch.tensor([float(groups[g]["weight_decay"]) for g in self._group_of], dtype=torch.float64)
         self._store.append((theta, v, lr, wd, b.detach().to("cpu", torch.int64).clone()))
