@@ -189,6 +189,13 @@ class ICLTabularNet(nn.Module):
 
         ``ys (B, L)`` are the labels of all but possibly the last example (the label of
         example ``L`` is never read by the logits of feature token ``L``).
+
+        Examples
+        --------
+        >>> import torch
+        >>> net = ICLTabularNet(d_max=2, k_max=3, n_max=4, d_model=8, n_heads=2, d_mlp=8)
+        >>> tuple(net(torch.zeros(1, 3, 2), torch.zeros(1, 3, dtype=torch.long)).shape)
+        (1, 3, 3)
         """
         tt = self.transformer
         B, L, d = xs.shape

@@ -86,6 +86,15 @@ class RecourseResult:
     n_calls : int
         Number of calls to the model (rows of all instances are batched into one call per
         round).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> f = lambda X: (X[:, 0] > 1).astype(int)
+    >>> res = asr_recourse(f, np.array([[0.0, 0.0], [2.0, 0.0]]), target=1, n_classes=2,
+    ...                    X_ref=np.eye(2), random_state=0, progress=False)
+    >>> res.status.tolist(), res.validity, bool(res.x_cf[0, 0] > 1)
+    (['found', 'already_valid'], 1.0, True)
     """
 
     x_cf: np.ndarray
@@ -101,7 +110,16 @@ class RecourseResult:
 
     @property
     def validity(self) -> float:
-        """Fraction of instances with a valid counterfactual."""
+        """Fraction of instances with a valid counterfactual (NaN for no instances).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> res = asr_recourse(lambda X: (X[:, 0] > 1).astype(int), np.zeros((3, 1)), 1,
+        ...                    n_classes=2, X_ref=np.eye(2)[:, :1], progress=False)
+        >>> res.validity
+        1.0
+        """
         return float(self.valid.mean()) if self.valid.size else float("nan")
 
 
