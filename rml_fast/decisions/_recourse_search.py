@@ -176,8 +176,8 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
         down = np.maximum(z[A] - h, space.zlo[A])
         step = np.where(up - z[A] >= z[A] - down, up, down)
         zs[np.arange(A.size), A] = step
-        zs = np.array([space.project(r) for r in zs])
-        proba = yield np.array([space.point(r) for r in zs])
+        zs = space.project(zs)
+        proba = yield space.point(zs)
         mg, ok = note(zs, proba)
         moved = np.abs(zs[np.arange(A.size), A] - z[A])
         ema = np.where(moved > 0, np.abs(mg - mg_cur) / np.maximum(moved, 1e-300), 0.0)
@@ -201,8 +201,8 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
         U = _directions(rng, J.size, q, cfg.directions)
         zs = np.repeat(z[None], q, axis=0)
         zs[:, coords] += mu * U
-        zs = np.array([space.project(r) for r in zs])
-        proba = yield np.array([space.point(r) for r in zs])
+        zs = space.project(zs)
+        proba = yield space.point(zs)
         mg, ok = note(zs, proba)
         if cfg.accept_probes and ok.any():
             break
@@ -306,8 +306,8 @@ def _polish(space, cfg, out, note, budget_left, coords) -> Query:
     up = np.minimum(z[C] + h, space.zhi[C])
     down = np.maximum(z[C] - h, space.zlo[C])
     zs[np.arange(C.size), C] = np.where(up - z[C] >= z[C] - down, up, down)
-    zs = np.array([space.project(r) for r in zs])
-    proba = yield np.array([space.point(r) for r in zs])
+    zs = space.project(zs)
+    proba = yield space.point(zs)
     mg, _ = note(zs, proba)
     moved = zs[np.arange(C.size), C] - z[C]
     g = np.where(moved != 0, (mg - m0) / np.where(moved != 0, moved, 1.0), 0.0)
