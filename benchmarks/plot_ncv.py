@@ -24,7 +24,7 @@ from rml_fast.datasets import load_binarized
 from rml_fast.verification.ncv import NeuralConceptVerifier
 
 #: (name, k, epochs, lr, warmup_epochs)
-CASES = [("logic (c1&c2)|c5", 2, 60, 1e-3, 5), ("monk_1", 2, 150, 3e-3, 10),
+CASES = [("logic (c1 and c2) or c5", 2, 60, 1e-3, 5), ("monk_1", 2, 150, 3e-3, 10),
          ("car_evaluation", 3, 40, 3e-3, 5), ("tic-tac-toe", 3, 40, 3e-3, 5),
          ("compas-binned", 3, 8, 1e-3, 2)]
 
