@@ -764,7 +764,8 @@ class TaskResult:
     upstream : list of str
         Names of the tasks whose outputs this task received.
     seq : int
-        Completion wave (parents always have a smaller ``seq``); -1 when skipped.
+        The wave the task ran in (its depth in the DAG: 0 for roots, else 1 + the largest
+        parent wave), the same in a fresh and a resumed run; -1 when skipped.
     answer : any
         ``TaskSpec.answer(output)``.
     scores : dict or None
@@ -1036,6 +1037,10 @@ class Workflow:
                             f"{' -> '.join(self.stages)}")
         self._order = self._kahn()
         self._anc = {n: self._ancestors(n) for n in self._order}
+        self._depth: dict[str, int] = {}
+        for n in self._order:  # the wave a task runs in: 1 + its deepest parent's wave
+            self._depth[n] = 1 + max((self._depth[d] for d in self.tasks[n].depends_on),
+                                     default=-1)
 
     def _find_cycle(self) -> list[str] | None:
         colour = dict.fromkeys(self.tasks, 0)
@@ -1271,7 +1276,6 @@ class Workflow:
         bar = tqdm(total=len(self._order), disable=not progress, desc=f"sample {sid}",
                    leave=False)
         bar.update(len(done))
-        seq = max((r.seq for r in done.values()), default=-1) + 1
         try:
             while len(done) < len(self._order):
                 wave = [n for n in self._order if n not in done
@@ -1281,18 +1285,19 @@ class Workflow:
                 for n in skipped:
                     results[n] = TaskResult(name=n, status="skipped")
                 todo = [n for n in wave if n in chosen]
-                args = (sample, text, done, llm, registry, know, on_error, seq)
+                args = (sample, text, done, llm, registry, know, on_error)
                 error: BaseException | None = None
                 if max_workers == 1 or len(todo) <= 1:
                     for n in todo:
                         try:
-                            results[n] = self._run_task(n, *args)
+                            results[n] = self._run_task(n, *args, self._depth[n])
                         except BaseException as exc:
                             error = exc
                             break
                 else:
                     with ThreadPoolExecutor(max_workers=max_workers) as pool:
-                        futs = {n: pool.submit(self._run_task, n, *args) for n in todo}
+                        futs = {n: pool.submit(self._run_task, n, *args, self._depth[n])
+                                for n in todo}
                         for n in todo:
                             try:
                                 results[n] = futs[n].result()
@@ -1306,7 +1311,6 @@ class Workflow:
                         bar.update(1)
                 if error is not None:
                     raise error
-                seq += 1
         finally:
             bar.close()
         return {n: done[n] for n in self._order}
@@ -1476,7 +1480,6 @@ class _Journal:
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()
-            os.fsync(fh.fileno())
         self.completed.setdefault(sid, {})[res.name] = res
 
 
