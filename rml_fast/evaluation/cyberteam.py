@@ -33,7 +33,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -783,8 +783,8 @@ class TaskResult:
     scores: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (the journal format)."""
-        return asdict(self)
+        """JSON-able dict (the journal format; values are shared, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TaskResult:
@@ -1037,6 +1037,13 @@ class Workflow:
                             f"{' -> '.join(self.stages)}")
         self._order = self._kahn()
         self._anc = {n: self._ancestors(n) for n in self._order}
+        self._index = {n: i for i, n in enumerate(self._order)}
+        self._children: dict[str, list[str]] = {n: [] for n in self._order}
+        for n in self._order:
+            for d in self.tasks[n].depends_on:
+                self._children[d].append(n)
+        self._anc_ordered = {n: [a for a in self._order if a in self._anc[n]]
+                             for n in self._order}
         self._depth: dict[str, int] = {}
         for n in self._order:  # the wave a task runs in: 1 + its deepest parent's wave
             self._depth[n] = 1 + max((self._depth[d] for d in self.tasks[n].depends_on),
@@ -1181,8 +1188,7 @@ class Workflow:
 
     def _run_task(self, name, sample, text, done, llm, registry, knowledge, on_error, seq):
         task = self.tasks[name]
-        up = {a: done[a].output for a in self._order
-              if a in self._anc[name] and done[a].status != "skipped"}
+        up = {a: done[a].output for a in self._anc_ordered[name] if done[a].status != "skipped"}
         previous: dict[str, dict] = {}
         mod_ok: dict[str, bool] = {}
         for m in task.modules:
@@ -1273,21 +1279,25 @@ class Workflow:
         if jr is not None:
             done.update(jr.completed.get(sid, {}))
         chosen = self._selected(dict(sample), select)
-        bar = tqdm(total=len(self._order), disable=not progress, desc=f"sample {sid}",
-                   leave=False)
+        bar = _NoBar() if not progress else tqdm(total=len(self._order), desc=f"sample {sid}",
+                                                 leave=False)
         bar.update(len(done))
+        pool = ThreadPoolExecutor(max_workers=max_workers) if max_workers > 1 else None
         try:
-            while len(done) < len(self._order):
-                wave = [n for n in self._order if n not in done
-                        and all(d in done for d in self.tasks[n].depends_on)]
+            index = self._index
+            remaining = {n: sum(d not in done for d in self.tasks[n].depends_on)
+                         for n in self._order if n not in done}
+            ready = [n for n in remaining if remaining[n] == 0]
+            while ready:
+                wave = ready
                 results: dict[str, TaskResult] = {}
-                skipped = [n for n in wave if n not in chosen]
-                for n in skipped:
-                    results[n] = TaskResult(name=n, status="skipped")
+                for n in wave:
+                    if n not in chosen:
+                        results[n] = TaskResult(name=n, status="skipped")
                 todo = [n for n in wave if n in chosen]
                 args = (sample, text, done, llm, registry, know, on_error)
                 error: BaseException | None = None
-                if max_workers == 1 or len(todo) <= 1:
+                if pool is None or len(todo) <= 1:
                     for n in todo:
                         try:
                             results[n] = self._run_task(n, *args, self._depth[n])
@@ -1295,24 +1305,33 @@ class Workflow:
                             error = exc
                             break
                 else:
-                    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-                        futs = {n: pool.submit(self._run_task, n, *args, self._depth[n])
-                                for n in todo}
-                        for n in todo:
-                            try:
-                                results[n] = futs[n].result()
-                            except BaseException as exc:
-                                error = error or exc
+                    futs = {n: pool.submit(self._run_task, n, *args, self._depth[n])
+                            for n in todo}
+                    for n in todo:
+                        try:
+                            results[n] = futs[n].result()
+                        except BaseException as exc:
+                            error = error or exc
+                nxt: list[str] = []
                 for n in wave:  # journal in a fixed order
                     if n in results:
                         done[n] = results[n]
                         if jr is not None:
                             jr.append(sid, results[n])
                         bar.update(1)
+                        for c in self._children[n]:
+                            if c not in remaining:  # finished in a journalled run
+                                continue
+                            remaining[c] -= 1
+                            if remaining[c] == 0:
+                                nxt.append(c)
                 if error is not None:
                     raise error
+                ready = sorted(nxt, key=index.__getitem__)
         finally:
             bar.close()
+            if pool is not None:
+                pool.shutdown(wait=True)
         return {n: done[n] for n in self._order}
 
     def evaluate(self, samples: Sequence[Mapping[str, Any]], llm: Callable[[str], str] | None
@@ -1440,6 +1459,16 @@ def aggregate_scores(workflow: Workflow, results: Sequence[Mapping[str, TaskResu
         "dag_consistency": consistent / executed if executed else math.nan,
         "module_success": ok / calls if calls else math.nan,
     }
+
+
+class _NoBar:
+    """Stand-in for a disabled tqdm bar (creating tqdm costs more than a task)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class _Journal:
