@@ -65,6 +65,7 @@ __all__ = [
     "pairwise_similarity",
     "residual_stability",
     "stability_from_similarity",
+    "stability_importance_correlation",
     "stability_null",
     "svcca",
 ]
@@ -909,6 +910,54 @@ def head_importance(
     return out
 
 
+def stability_importance_correlation(stab: torch.Tensor, importance: torch.Tensor) -> torch.Tensor:
+    """Spearman rank correlation of head stability and head importance within each layer.
+
+    ``rho[l] = corr(rank(stab[:, l, :]), rank(importance[:, l, :]))`` over the ``S H`` heads of
+    layer ``l`` of all models (the paper: unstable heads in deeper layers are the more important
+    ones, i.e. ``rho < 0`` there). Ties get their average rank; NaN where either side is constant.
+
+    Parameters
+    ----------
+    stab : Tensor of shape (S, L, H)
+        From :func:`head_stability`.
+    importance : Tensor of shape (S, L, H)
+        From :func:`head_importance`, stacked over the models.
+
+    Returns
+    -------
+    rho : Tensor of shape (L,), float64
+
+    Examples
+    --------
+    >>> import torch
+    >>> from rml_fast.interp.head_stability import stability_importance_correlation
+    >>> stab = torch.tensor([[[0.9, 0.5, 0.7]]])
+    >>> stability_importance_correlation(stab, -stab).tolist()
+    [-1.0]
+    """
+    for name, t in (("stab", stab), ("importance", importance)):
+        if not isinstance(t, torch.Tensor) or t.ndim != 3:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be an (S, L, H) tensor, got {shape}")
+    if stab.shape != importance.shape:
+        raise ValueError(
+            f"stab and importance must have the same shape, got {tuple(stab.shape)} and "
+            f"{tuple(importance.shape)}"
+        )
+    from scipy.stats import rankdata
+
+    out = torch.full((stab.shape[1],), float("nan"), dtype=torch.float64)
+    for layer in range(stab.shape[1]):
+        a = rankdata(stab[:, layer].reshape(-1).double().numpy())
+        b = rankdata(importance[:, layer].reshape(-1).double().numpy())
+        a, b = a - a.mean(), b - b.mean()
+        den = float(np.sqrt((a * a).sum() * (b * b).sum()))
+        if den > 0:
+            out[layer] = float((a * b).sum()) / den
+    return out
+
+
 # --------------------------------------------------------------------------- the study
 
 
@@ -1089,7 +1138,8 @@ class StabilityStudy:
             per-model layer means), ``null_layer_stability`` and ``null_q95`` (L,; mean and
             95% quantile of the prompt-permutation null, NaN when ``n_null=0``),
             ``distinctness`` (L,), ``residual`` (L + 1,), ``perplexity`` (S,) and, with
-            ``importance=True``, ``importance`` (S, L, H).
+            ``importance=True``, ``importance`` (S, L, H) and ``importance_corr`` (L,; Spearman
+            correlation of stability and importance within each layer).
         """
         models = self.train()
         prompts = self.prompts()
@@ -1101,7 +1151,8 @@ class StabilityStudy:
             "relative_depth": torch.arange(n_layers, dtype=torch.float64) / max(n_layers - 1, 1),
         }
         keys = ("stability", "layer_stability", "layer_stability_sd", "null_layer_stability",
-                "null_q95", "distinctness", "residual", "perplexity", "importance")  # fmt: skip
+                "null_q95", "distinctness", "residual", "perplexity", "importance",
+                "importance_corr")  # fmt: skip
         for k in keys:
             res[k] = {}
         for label, _, _ in self.settings:
@@ -1138,6 +1189,9 @@ class StabilityStudy:
                         for m in ms
                     ]
                 )
+                res["importance_corr"][label] = stability_importance_correlation(
+                    stab, res["importance"][label]
+                )
         if not self.importance:
-            del res["importance"]
+            del res["importance"], res["importance_corr"]
         return res

@@ -336,6 +336,21 @@ def test_head_importance_equals_zeroing_the_output_weights():
     assert float((mean_imp - imp).abs().max()) > 0
 
 
+def test_stability_importance_correlation_equals_scipy_spearman():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    stab = torch.from_numpy(rng.uniform(0, 1, (3, 2, 4)))
+    imp = torch.from_numpy(rng.uniform(0, 1, (3, 2, 4)))
+    imp[0, 1, 2] = imp[1, 1, 3]  # a tie
+    rho = hs.stability_importance_correlation(stab, imp)
+    for layer in range(2):
+        want = spearmanr(stab[:, layer].reshape(-1), imp[:, layer].reshape(-1)).statistic
+        assert math.isclose(float(rho[layer]), want, rel_tol=1e-12)
+    const = hs.stability_importance_correlation(stab, torch.ones_like(imp))
+    assert bool(torch.isnan(const).all())
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -404,6 +419,7 @@ def test_study_is_reproducible_and_resumes_from_cached_refits(tmp_path, monkeypa
     assert res["stability"]["adamw"].shape == (3, 2, 2)
     assert res["residual"]["adam"].shape == (3,) and res["perplexity"]["adam"].shape == (3,)
     assert res["importance"]["adamw"].shape == (3, 2, 2)
+    assert res["importance_corr"]["adam"].shape == (2,)
     assert not torch.equal(res["stability"]["adam"], res["stability"]["adamw"])
     files = sorted((tmp_path / "models").glob("*.pt"))
     assert len(files) == 6
