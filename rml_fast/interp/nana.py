@@ -372,23 +372,17 @@ class NativeNetworkAnatomy:
         [(0, 'mlp_in'), (0, 'mlp_out')]
         """
         gen = check_rng(self.rng)
-        WU = self.adapter.unembed().to(self.dtype)
-        WE = self.adapter.embed().to(self.dtype)
         self.banks_ = {}
         for layer in range(self.adapter.n_layers):
             W_in, _, w = self._mlp(layer)
             for kind in self.matrices:
-                if kind == "mlp_out":
-                    W, side = w.W_out.to(self.dtype), "effector"
-                    read = self._static_map(layer, torch.eye(W.shape[1], dtype=self.dtype)) @ WU
-                else:
-                    W, side = W_in, "detector"
-                    E = WE - WE.mean(1, keepdim=True) if self.fold_ln and not self.adapter.post_ln else WE
-                    read = E.T
-                self.banks_[(layer, kind)] = deu_decompose(
-                    W, self.rank, canonical_sign=self.canonical_sign, method=self.method,
-                    readout=read, readout_side=side, rng=gen, dtype=self.dtype, layer=layer, kind=kind,
-                )  # fmt: skip
+                W = w.W_out.to(self.dtype) if kind == "mlp_out" else W_in
+                bank = deu_decompose(W, self.rank, canonical_sign=False, method=self.method, rng=gen,
+                                     dtype=self.dtype, layer=layer, kind=kind)  # fmt: skip
+                self.banks_[(layer, kind)] = bank
+                if self.canonical_sign:  # skew of the token readout >= 0 (deu_decompose's rule)
+                    flip = torch.where((self.readout(layer, kind) ** 3).sum(1) < 0, -1.0, 1.0)
+                    bank.U, bank.V = bank.U * flip[:, None], bank.V * flip[:, None]
         return self
 
     def _bank(self, layer: int, kind: str) -> DEUBank:
