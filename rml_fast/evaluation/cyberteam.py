@@ -116,13 +116,11 @@ _IOC_RE = re.compile(
     r"|(?P<domain>\b(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+" + _TLDS + r"\b)",
     re.IGNORECASE,
 )
-_REFANG = [
-    (re.compile(r"\[\.\]|\(\.\)|\{\.\}|\[dot\]|\(dot\)", re.IGNORECASE), "."),
-    (re.compile(r"\[@\]|\[at\]|\(at\)", re.IGNORECASE), "@"),
-    (re.compile(r"\[:\]"), ":"),
-    (re.compile(r"\bhxxp", re.IGNORECASE), "http"),
-    (re.compile(r"\bfxp", re.IGNORECASE), "ftp"),
-]
+_REFANG_BRACKET = re.compile(r"[\[({](?:\.|[dD][oO][tT]|@|[aA][tT]|:)[\])}]")
+_REFANG_SCHEME = re.compile(r"\b(?:[hH][xX][xX][pP]|[fF][xX][pP])")
+_REFANG_MAP = {".": ".", "dot": ".", "@": "@", "at": "@", ":": ":"}
+# candidate tokens: maximal runs without whitespace, quotes or brackets
+_TOKEN_SPLIT = re.compile(r"[^\s\"'<>()\[\]{}]+")
 
 
 def refang(text: str) -> str:
@@ -145,8 +143,11 @@ def refang(text: str) -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    for pat, rep in _REFANG:
-        text = pat.sub(rep, text)
+    if "[" in text or "(" in text or "{" in text:
+        text = _REFANG_BRACKET.sub(lambda m: _REFANG_MAP[m.group(0)[1:-1].lower()], text)
+    low = text.lower()
+    if "hxxp" in low or "fxp" in low:
+        text = _REFANG_SCHEME.sub(lambda m: "http" if len(m.group(0)) == 4 else "ftp", text)
     return text
 
 
@@ -157,7 +158,9 @@ def rex_extract(text: str, *, defanged: bool = True) -> dict[str, list[str]]:
     ISO-8601 timestamps, CVE ids, MITRE ATT&CK technique ids and domains. Matches do not
     overlap (the alternation tries the types in that order), so the domain inside a URL or an
     e-mail is reported only as part of it; domains need a known top-level domain (a fixed list)
-    so that file names such as ``payload.exe`` are not reported.
+    so that file names such as ``payload.exe`` are not reported. The regex runs only on the
+    whitespace/quote/bracket-delimited tokens that can hold an indicator (a date and a time
+    separated by a space are reported as the date).
 
     Parameters
     ----------
@@ -184,9 +187,30 @@ def rex_extract(text: str, *, defanged: bool = True) -> dict[str, list[str]]:
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if defanged:
         text = refang(text)
+    return _collect(_candidate_matches(text))
+
+
+def _candidate_matches(text: str):
+    """Matches of the IOC regex inside candidate tokens only: a token without '.', '@', ':',
+    '-', 32+ characters or a ``T<digit>`` start cannot hold an indicator and is skipped, which
+    makes the pass several times faster than one regex over the whole text."""
+    finditer = _IOC_RE.finditer
+    for tok in _TOKEN_SPLIT.findall(text):
+        t = tok.rstrip(".,;:!?")
+        if ("." in t or "@" in t or ":" in t or "-" in t or len(t) >= 32
+                or (t[:1] in "Tt" and t[1:2].isdigit())):
+            yield from finditer(tok)
+
+
+def _rex_reference(text: str) -> dict[str, list[str]]:
+    """One regex over the whole text (the specification of :func:`rex_extract`; test oracle)."""
+    return _collect(_IOC_RE.finditer(refang(text)))
+
+
+def _collect(matches) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {k: [] for k in IOC_TYPES}
     seen: dict[str, set[str]] = {k: set() for k in IOC_TYPES}
-    for match in _IOC_RE.finditer(text):
+    for match in matches:
         kind = match.lastgroup
         assert kind is not None
         val = match.group(kind)

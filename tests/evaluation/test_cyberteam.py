@@ -318,6 +318,19 @@ def test_rex_against_hand_annotation():
         rex_extract(None)
 
 
+def test_rex_token_prefilter_equals_one_regex_over_the_text():
+    from rml_fast.evaluation.cyberteam import _rex_reference
+
+    rng = np.random.default_rng(11)
+    words = ["the", "actor", "moved", "staged", "data.", "logs,", "T1059", "CVE-2020-0601",
+             "10.0.0.1", "a.b", "evil[.]com", "hxxp://x.example[.]org/a?b=1", "(see", "it)",
+             "2024-01-02T03:04:05+01:00", "user@corp.net;", "d41d8cd98f00b204e9800998ecf8427e",
+             "ftp://files.bad.ru/x", "[1.2.3.4]", '"quoted.io"', "x" * 40, "payload.exe"]
+    for _ in range(200):
+        text = " ".join(words[i] for i in rng.integers(0, len(words), 30))
+        assert rex_extract(text) == _rex_reference(text), text
+
+
 def test_math_module_scores_vectors_in_text():
     wf = Workflow([TaskSpec("sev", "prioritization", modules=("MATH",), scorer="numeric",
                             answer_key="cvss_score")])
