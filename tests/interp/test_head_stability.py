@@ -377,6 +377,10 @@ def test_bad_input_raises_clear_errors():
         hs.head_stability([sig, sig[:, :2]])
     with pytest.raises(ValueError, match="head representations"):
         hs.head_stability([sig, sig], measure="cka")
+    bad = sig.clone()
+    bad[1, 2, 5] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        hs.head_stability([sig, bad])
     with pytest.raises(ValueError, match="divide"):
         hs.stability_null([sig, sig], 5)
     with pytest.raises(ValueError, match="rows"):
