@@ -16,22 +16,27 @@ REP_MEASURES = ("cka", "svcca", "pwcca")
 MEASURES = VECTOR_MEASURES + REP_MEASURES
 
 
-def gram_chunked(x: torch.Tensor, chunk: int) -> torch.Tensor:
-    """``x @ x.T`` for ``x`` of shape ``[K, M]``, accumulated in float64 over column chunks."""
-    k, m = x.shape
+def gram_chunked(parts: list[torch.Tensor], chunk: int) -> torch.Tensor:
+    """``X @ X.T`` for ``X = cat(parts)`` (each part ``[H_i, M]``), accumulated in float64.
+
+    ``X`` is never materialised: each column chunk of the parts is stacked into a small
+    ``[K, chunk]`` block (cache-sized) and multiplied, so the extra memory is ``K * chunk``.
+    """
+    k = sum(p.shape[0] for p in parts)
+    m = parts[0].shape[1]
     out = torch.zeros(k, k, dtype=torch.float64)
     for lo in range(0, m, chunk):
-        blk = x[:, lo : lo + chunk]
+        blk = torch.cat([p[:, lo : lo + chunk] for p in parts])
         out += (blk @ blk.T).double()
     return out
 
 
-def vector_similarity(x: torch.Tensor, measure: str, chunk: int) -> torch.Tensor:
-    """Cosine (or centred cosine = Pearson) similarity of all rows of ``x [K, M]``: ``[K, K]``."""
-    g = gram_chunked(x, chunk)
+def vector_similarity(parts: list[torch.Tensor], measure: str, chunk: int) -> torch.Tensor:
+    """Cosine (or centred cosine = Pearson) of all rows of ``cat(parts)`` (``[K, M]``): ``[K, K]``."""
+    g = gram_chunked(parts, chunk)
     if measure == "pearson":
-        s = x.double().sum(1)
-        g = g - torch.outer(s, s) / x.shape[1]
+        s = torch.cat([p.sum(1, dtype=torch.float64) for p in parts])
+        g = g - torch.outer(s, s) / parts[0].shape[1]
     norm = g.diagonal().clamp_min(0).sqrt()
     denom = torch.outer(norm, norm)
     return torch.where(denom > 0, g / denom.clamp_min(1e-300), torch.zeros_like(g)).clamp(-1, 1)
@@ -113,10 +118,13 @@ def cca_similarity(x: torch.Tensor, keep: float, weighted: bool, chunk: int) -> 
     return (alpha * rho).sum(-1) / alpha.sum(-1).clamp_min(1e-300)
 
 
-def similarity_matrix(x: torch.Tensor, measure: str, *, keep: float, chunk: int) -> torch.Tensor:
-    """Dispatch to the kernel of ``measure``; ``x`` is ``[K, M]`` or ``[K, N, d]``."""
+def similarity_matrix(
+    parts: list[torch.Tensor], measure: str, *, keep: float, chunk: int
+) -> torch.Tensor:
+    """Dispatch to the kernel of ``measure``; ``parts`` are ``[H_i, M]`` or ``[H_i, N, d]``."""
     if measure in VECTOR_MEASURES:
-        return vector_similarity(x, measure, chunk)
+        return vector_similarity(parts, measure, chunk)
+    x = torch.cat(parts)
     if measure == "cka":
         return cka_similarity(x, chunk)
     return cca_similarity(x, keep, measure == "pwcca", chunk)

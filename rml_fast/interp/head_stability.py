@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 _MATCHINGS = ("max", "hungarian")
-_DEFAULT_CHUNK = 1 << 16
+_DEFAULT_CHUNK = 1 << 14
 
 
 # --------------------------------------------------------------------------- model access
@@ -322,7 +322,7 @@ def pairwise_similarity(
     measure : {"cosine", "pearson", "cka", "svcca", "pwcca"}, default="cosine"
     keep : float in (0, 1], default=0.99
         Variance fraction kept by the SVD step of ``svcca``/``pwcca`` (1: the numerical rank).
-    chunk : int, default=65536
+    chunk : int, default=16384
         Columns (``M``) or rows (``N``) per GEMM chunk; bounds the temporary memory.
 
     Returns
@@ -351,8 +351,8 @@ def pairwise_similarity(
     n_layers, n_heads = sigs[0].shape[:2]
     out = torch.empty(s, s, n_layers, n_heads, n_heads, dtype=torch.float64)
     for layer in range(n_layers):
-        x = torch.cat([sig[layer] for sig in sigs])  # [S*H, ...]
-        sim = similarity_matrix(x, measure, keep=keep, chunk=chunk)
+        parts = [sig[layer] for sig in sigs]  # S x [H, ...], stacked chunk by chunk
+        sim = similarity_matrix(parts, measure, keep=keep, chunk=chunk)
         out[:, :, layer] = sim.view(s, n_heads, s, n_heads).permute(0, 2, 1, 3)
     return out
 
@@ -752,7 +752,7 @@ def svcca(X: Any, Y: Any, *, keep: float = 0.99, projection_weighted: bool = Fal
     keep = float(check_scalar(keep, "keep", Interval("real", 0, 1, "right")))
     measure = "pwcca" if projection_weighted else "svcca"
     return float(
-        similarity_matrix(torch.stack([x, y]), measure, keep=keep, chunk=_DEFAULT_CHUNK)[0, 1]
+        similarity_matrix([torch.stack([x, y])], measure, keep=keep, chunk=_DEFAULT_CHUNK)[0, 1]
     )
 
 
