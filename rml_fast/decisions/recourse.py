@@ -43,7 +43,8 @@ from rml_fast.decisions._recourse_search import (
     search,
 )
 
-__all__ = ["AdaptiveSubspaceRecourse", "RecourseResult", "as_predict_proba", "asr_recourse"]
+__all__ = ["AdaptiveSubspaceRecourse", "RecourseResult", "as_predict_proba", "asr_recourse",
+           "validity_under"]
 
 STATUSES = ("found", "already_valid", "budget_exhausted", "no_actionable_features",
             "failed_verification")
@@ -728,3 +729,53 @@ def asr_recourse(predictor: Any, X: Any, target: Any = None, *, X_ref: Any = Non
     """
     est = AdaptiveSubspaceRecourse(predictor, **params)
     return est.fit(X if X_ref is None else X_ref).generate(X, target)
+
+
+def validity_under(predictors: Sequence[Any], result: RecourseResult, *,
+                   n_classes: int | None = None) -> np.ndarray:
+    """Validity of the same counterfactuals under other predictors (e.g. re-sampled contexts).
+
+    The paper's robustness measure for ICL recourse: a counterfactual found for ``f_C`` is
+    re-queried under ``f_C'`` for new contexts ``C'`` (one predictor per context), counting
+    it valid when the class of ``f_C'`` is a desired one (``result.target``, or any class but
+    ``result.original_class`` when the target was None).
+
+    Parameters
+    ----------
+    predictors : sequence of predictors
+        Each read by :func:`as_predict_proba` (same class columns as the original).
+    result : RecourseResult
+        From :meth:`AdaptiveSubspaceRecourse.generate`.
+    n_classes : int or None, default=None
+        For label-only predictors.
+
+    Returns
+    -------
+    ndarray of shape (len(predictors), m), bool
+        False where ``result`` found nothing.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.decisions.icl_predictor import AttentionICL
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((300, 2)); y = (X[:, 0] > 0).astype(int)
+    >>> iccls = [AttentionICL(X[i::3], y[i::3], temperature=0.5) for i in range(3)]
+    >>> res = asr_recourse(iccls[0], X[y == 0][:5], target=1, X_ref=X, random_state=0,
+    ...                    progress=False)
+    >>> validity_under(iccls, res).shape
+    (3, 5)
+    """
+    if not isinstance(result, RecourseResult):
+        raise TypeError(f"result must be a RecourseResult, got {type(result).__name__}")
+    ok = result.found
+    out = np.zeros((len(predictors), ok.size), dtype=bool)
+    if not ok.any():
+        return out
+    rows = np.flatnonzero(ok)
+    for k, pred in enumerate(predictors):
+        P = as_predict_proba(pred, n_classes)(result.x_cf[rows])
+        cls = np.argmax(P, axis=1)
+        t = result.target[rows]
+        out[k, rows] = np.where(t >= 0, cls == t, cls != result.original_class[rows])
+    return out

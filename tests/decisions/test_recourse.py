@@ -25,7 +25,12 @@ from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 
 from rml_fast.decisions.icl_predictor import AttentionICL
-from rml_fast.decisions.recourse import AdaptiveSubspaceRecourse, as_predict_proba, asr_recourse
+from rml_fast.decisions.recourse import (
+    AdaptiveSubspaceRecourse,
+    as_predict_proba,
+    asr_recourse,
+    validity_under,
+)
 
 BC_COLS = [0, 1, 4, 6, 8, 9]  # mean radius, texture, smoothness, concavity, symmetry, fractal dim.
 
@@ -308,3 +313,19 @@ def test_verify_requeries_and_rejects_points_that_stop_being_valid(bc):
     assert np.isnan(res2.x_cf).all()
     with pytest.raises(ValueError, match="verify"):
         AdaptiveSubspaceRecourse(clf, verify=True, max_queries=1).fit(X)
+
+
+def test_validity_under_resampled_contexts(bc):
+    X, y, _ = bc
+    rng = np.random.default_rng(1)
+    ctxs = [rng.choice(len(X), 60, replace=False) for _ in range(4)]
+    iccls = [AttentionICL(X[c], y[c], temperature=2.0) for c in ctxs]
+    Xq = X[iccls[0].predict(X) == 0][:8]
+    res = asr_recourse(iccls[0], Xq, target=1, X_ref=X, random_state=0, progress=False)
+    V = validity_under(iccls, res)
+    assert V.shape == (4, 8)
+    np.testing.assert_array_equal(V[0], res.found)  # the original context: all valid
+    for k in range(4):  # brute force: the same re-query by hand
+        np.testing.assert_array_equal(V[k][res.found], iccls[k].predict(res.x_cf[res.found]) == 1)
+    with pytest.raises(TypeError, match="RecourseResult"):
+        validity_under(iccls, None)
