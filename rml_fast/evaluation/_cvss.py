@@ -291,6 +291,8 @@ def cvss31_base_scores(vectors: Iterable[str]) -> np.ndarray:
     cache: dict[str, float] = {}
     out = np.empty(len(vecs), dtype=np.float64)
     for i, v in enumerate(vecs):
+        if type(v) is not str:
+            raise TypeError(f"vectors must hold strings; item {i} is {type(v).__name__} {v!r}")
         score = cache.get(v)
         if score is None:
             score = cache[v] = _v3_base(*_parse_v3(v))

@@ -1556,7 +1556,8 @@ def _diff(old: Any, new: list) -> list[str]:
 
 
 def open_ended_baseline(sample: Mapping[str, Any], llm: Callable[[str], str],
-                        tasks: Sequence[TaskSpec], style: str = "direct") -> dict[str, Any]:
+                        tasks: Sequence[TaskSpec] | None = None,
+                        style: str = "direct") -> dict[str, Any]:
     """The paper's baseline: one open-ended prompt (direct or chain-of-thought) asking for all
     tasks' answers at once, on the same input, scored like the workflow.
 
@@ -1566,7 +1567,8 @@ def open_ended_baseline(sample: Mapping[str, Any], llm: Callable[[str], str],
         With ``"text"`` (and optionally ``"gold"``).
     llm : callable
         ``llm(prompt) -> str``.
-    tasks : sequence of TaskSpec
+    tasks : sequence of TaskSpec, optional
+        The tasks to answer; default :func:`example_tasks`.
     style : {"direct", "cot"}, default="direct"
 
     Returns
@@ -1586,6 +1588,8 @@ def open_ended_baseline(sample: Mapping[str, Any], llm: Callable[[str], str],
     """
     if style not in ("direct", "cot"):
         raise ValueError(f"style must be 'direct' or 'cot', got {style!r}")
+    if tasks is None:
+        tasks = example_tasks()
     if not callable(llm):
         raise TypeError("llm must be callable(prompt) -> str")
     if not isinstance(sample, Mapping) or not isinstance(sample.get("text"), str):

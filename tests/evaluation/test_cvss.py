@@ -462,6 +462,8 @@ def test_bad_types():
         cvss31_base(None)
     with pytest.raises(TypeError, match="one str"):
         cvss31_base_scores("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H")
+    with pytest.raises(TypeError, match="item 1 is list"):
+        cvss31_base_scores(["CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", ["x"]])
     with pytest.raises(CVSSVectorError, match="'bad'"):
         cvss31_base_scores(["CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", "bad"])
     with pytest.raises(ValueError, match="score must be"):
