@@ -191,8 +191,9 @@ class Funcs:
             try:
                 G = vmap(vmap(grad(one), in_dims=(None, 0, 0), chunk_size=chunk))(thetas, xb, yb)
                 return list(torch.bmm(S, G.transpose(1, 2)))
-            except RuntimeError:
-                pass
+            except RuntimeError:  # the model cannot be vmapped over its inputs
+                if mode == "auto":
+                    return self.dots_block(S, thetas, batches, train, "jvp", chunk)
         return [self.grad_dots(S[i], thetas[i], Xtr[batches[i]], ytr[batches[i]], "per_sample", chunk)
                 for i in range(b)]  # fmt: skip
 
@@ -383,6 +384,8 @@ def _add_param_scores(res: PassResult, w: int, per: torch.Tensor, group_ids) -> 
 
 
 def _mode(train_grad: str, R: int, B: int) -> str:
+    """``"auto"``: forward-mode products for large batches (B >= 4R and B >= 128), else
+    per-sample gradients, falling back to forward mode where vmap over inputs fails."""
     if train_grad != "auto":
         return train_grad
-    return "jvp" if R * 4 <= B else "per_sample"
+    return "jvp" if R * 4 <= B and B >= 128 else "auto"

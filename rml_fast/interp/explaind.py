@@ -529,7 +529,8 @@ class ExactPathKernel:
         (PROPOSED) takes directional derivatives of the per-sample losses, one forward-mode
         pass per test output, never forming per-sample gradients; ``"per_sample"`` forms
         them with ``vmap(grad)`` and multiplies. ``"auto"`` uses jvp when the batch is at
-        least 4x larger than ``n * C``.
+        least 4x larger than ``n * C`` and has 128 or more samples, else per-sample gradients
+        (jvp where the model cannot be vmapped over its inputs).
     chunk_size : int, optional
         vmap chunk size (bounds memory of Jacobians and per-sample gradients).
     block_size : int, optional
