@@ -120,17 +120,35 @@ class Funcs:
 
     # --- step blocks: one vmapped call for several logged steps ------------------------
 
-    def phi_block(self, th_prev, dth, X, select, n_quad: int, chunk: int | None) -> torch.Tensor:
-        """``phi_s`` of ``b`` steps at once: (b, R, P) from (b, P) starts and updates."""
+    def phi_block(self, th_prev, dth, X, select, n_quad: int, chunk: int | None,
+                  budget: int = 256 * 2**20) -> torch.Tensor:  # fmt: skip
+        """``phi_s`` of ``b`` steps at once: (b, R, P) from (b, P) starts and updates.
+
+        All ``b * n_quad`` points go through one vmapped call when their Jacobians fit in
+        ``budget`` bytes; otherwise the points are summed in groups that do.
+        """
         b, P = th_prev.shape
         t = (torch.arange(n_quad, dtype=th_prev.dtype) + 0.5) / n_quad
-        points = (th_prev[:, None, :] + t[None, :, None] * dth[:, None, :]).reshape(b * n_quad, P)
         jac = jacrev(lambda th: self.outputs(th, X, select))
-        try:
-            Js = vmap(jac, chunk_size=chunk)(points)
-        except RuntimeError:
-            Js = torch.stack([jac(pt) for pt in points])
-        return Js.view(b, n_quad, -1, P).mean(1)
+
+        def jacs(points: torch.Tensor) -> torch.Tensor:
+            try:
+                return vmap(jac, chunk_size=chunk)(points)
+            except RuntimeError:
+                return torch.stack([jac(pt) for pt in points])
+
+        R = self.outputs(th_prev[0], X, select).numel()
+        per_point = max(R * P * th_prev.element_size(), 1)
+        if b * n_quad * per_point <= budget:
+            points = (th_prev[:, None, :] + t[None, :, None] * dth[:, None, :]).reshape(b * n_quad, P)
+            return jacs(points).view(b, n_quad, R, P).mean(1)
+        group = max(1, budget // per_point)
+        out = torch.zeros(b, R, P, dtype=th_prev.dtype)
+        for i in range(b):
+            for q0 in range(0, n_quad, group):
+                tq = t[q0 : q0 + group]
+                out[i] += jacs(th_prev[i] + tq[:, None] * dth[i]).sum(0)
+        return out.div_(n_quad)
 
     def jvp_block(self, th_prev, dth, tangents, X, select, n_quad: int) -> torch.Tensor:
         """``phi_s @ tangents_s.T`` of ``b`` steps without forming phi: (b, R, K)."""
@@ -293,13 +311,17 @@ def run_pass(
         _add_param_scores(res, w, per, group_ids)
 
     steps = list(range(1, N + 1)) if order == "forward" else list(range(N, 0, -1))
-    if block is None:  # about 256 MB of Jacobians, gradients and accumulators per block
-        B_max = max((len(hist.row(s)[4]) for s in steps[:1]), default=1)
-        per_step = (quad(N) * R + 2 * R + (B_max if want_data else 0)) * P * f0.element_size()
-        block = int(max(1, min(64, (256 * 2**20) // max(per_step, 1))))
+    B_max = max((len(hist.row(s)[4]) for s in steps[:1]), default=1)
+
+    def limit(s: int) -> int:  # steps per block: about 256 MB of Jacobians and gradients
+        if block is not None:
+            return block
+        per_step = (quad(s) * R + 2 * R + (B_max if want_data else 0)) * P * f0.element_size()
+        return int(max(1, min(64, (256 * 2**20) // max(per_step, 1))))
+
     blocks: list[list[int]] = []
     for s in steps:
-        if blocks and len(blocks[-1]) < block and quad(blocks[-1][-1]) == quad(s):
+        if blocks and len(blocks[-1]) < limit(s) and quad(blocks[-1][-1]) == quad(s):
             blocks[-1].append(s)
         else:
             blocks.append([s])
@@ -371,7 +393,6 @@ def run_pass(
         finish_window(current_w)
     for w in list(signed_acc):
         finish_window(w)
-    res.extra["block"] = block
     return res
 
 

@@ -351,3 +351,15 @@ def test_grokking_demo_quick(tmp_path):
     assert res["update_residual"] < 1e-4  # float32 replay of torch's AdamW
     assert res["completeness_rel_error"] < 0.05  # Q = 2 points per step
     assert "grokking" in grokking.format_table(res)
+
+
+def test_quadrature_points_in_groups_equal_one_call(mlp_run):
+    """Large quadratures (n_quad_early=1000) are summed in memory-bounded groups."""
+    model, hist, (X, y) = mlp_run
+    epk = ExactPathKernel(model, hist, CE, (X, y))
+    th0 = torch.stack([hist.theta_flat(0), hist.theta_flat(3)])
+    dth = torch.stack([hist.theta_flat(1), hist.theta_flat(4)]) - th0
+    one = epk._funcs.phi_block(th0, dth, X[:3], None, 7, None)
+    grouped = epk._funcs.phi_block(th0, dth, X[:3], None, 7, None, budget=1)
+    np.testing.assert_allclose(grouped, one, rtol=1e-12, atol=1e-14)
+    assert one.shape == (2, 6, hist.n_params)
