@@ -19,15 +19,23 @@ MEASURES = VECTOR_MEASURES + REP_MEASURES
 def gram_chunked(parts: list[torch.Tensor], chunk: int) -> torch.Tensor:
     """``X @ X.T`` for ``X = cat(parts)`` (each part ``[H_i, M]``), accumulated in float64.
 
-    ``X`` is never materialised: each column chunk of the parts is stacked into a small
-    ``[K, chunk]`` block (cache-sized) and multiplied, so the extra memory is ``K * chunk``.
+    ``X`` is never materialised: per column chunk, each pair of parts gives one block of the
+    Gram matrix (``parts[i][:, c] @ parts[j][:, c].T``, strided views, no copies); a chunk of
+    all parts stays in cache while its blocks are formed.
     """
-    k = sum(p.shape[0] for p in parts)
+    off = [0]
+    for p in parts:
+        off.append(off[-1] + p.shape[0])
     m = parts[0].shape[1]
-    out = torch.zeros(k, k, dtype=torch.float64)
+    out = torch.zeros(off[-1], off[-1], dtype=torch.float64)
     for lo in range(0, m, chunk):
-        blk = torch.cat([p[:, lo : lo + chunk] for p in parts])
-        out += (blk @ blk.T).double()
+        blk = [p[:, lo : lo + chunk] for p in parts]
+        for i in range(len(parts)):
+            for j in range(i, len(parts)):
+                g = (blk[i] @ blk[j].T).double()
+                out[off[i] : off[i + 1], off[j] : off[j + 1]] += g
+                if j != i:
+                    out[off[j] : off[j + 1], off[i] : off[i + 1]] += g.T
     return out
 
 
