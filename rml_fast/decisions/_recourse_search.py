@@ -42,6 +42,7 @@ class _Config:
     probe_fallback: bool
     grow_subspace: bool
     polish: bool
+    min_margin: float
     accept_probes: bool
     sparsify: str
     shrink_steps: int
@@ -137,7 +138,7 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
         out.n_queries += zs.shape[0]
         left -= zs.shape[0]
         mg = margins(proba, desired)
-        ok = is_valid(proba, desired)
+        ok = is_valid(proba, desired) & (mg >= cfg.min_margin)
         if ok.any():
             c = cost_of(zs[ok], cfg.cost)
             i = int(np.argmin(c))
@@ -294,7 +295,7 @@ def _postprocess(space, desired, cfg, out, note, budget_left, coords) -> Query:
 def _polish(space, cfg, out, note, budget_left, coords) -> Query:
     """One boundary projection: forward differences of the margin at the best point ``z``
     (coordinates ``coords`` and the changed ones), then the cheapest point of the linearised
-    boundary ``{u : m(z) + g.(u - z) = 0}`` (l2: ``u = ((g.z - m)/||g||^2) g``; l1: one
+    boundary ``{u : m(z) + g.(u - z) = min_margin}`` (l2: ``u = ((g.z - m)/||g||^2) g``; l1: one
     coordinate, ``u = ((g.z - m)/g_j) e_j`` with the largest ``|g_j|``), scaled by
     1.001 / 1.02 / 1.1 until valid."""
     z, m0 = out.z_best.copy(), out.margin_best
@@ -313,7 +314,7 @@ def _polish(space, cfg, out, note, budget_left, coords) -> Query:
     g = np.where(moved != 0, (mg - m0) / np.where(moved != 0, moved, 1.0), 0.0)
     if not np.any(g):
         return
-    rhs = float(g @ z[C] - m0)  # the linearised boundary: g.u = rhs on the coordinates C
+    rhs = float(g @ z[C] - m0 + cfg.min_margin)  # linearised {m = min_margin}: g.u = rhs
     u = np.zeros_like(z)
     if cfg.cost == "l2":
         u[C] = rhs / float(g @ g) * g

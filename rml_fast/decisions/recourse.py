@@ -40,6 +40,7 @@ from rml_fast.decisions._recourse_search import (
     _Space,
     cost_of,
     is_valid,
+    margins,
     search,
 )
 
@@ -229,6 +230,7 @@ _PARAMS = {
     "lr_decay": Interval("real", 0, 1, "right"),
     "lam": Interval("real", 0, None, "left"),
     "margin": Interval("real", 0, None, "left"),
+    "min_margin": Interval("real", 0, None, "left"),
     "max_queries": Interval("int", 1, None),
     "refresh": Interval("int", 1, None),
     "explore": Interval("real", 0, 1),
@@ -285,7 +287,13 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
     lam : float, default=0.1
         ``lambda``, weight of the cost in ``L``.
     margin : float, default=0.1
-        ``kappa``, the log-probability margin the hinge asks for.
+        ``kappa``, the log-probability margin the hinge asks for (beyond ``min_margin``).
+    min_margin : float, default=0.0
+        PROPOSED robust recourse: a point counts as valid only when
+        ``log f_t - max_{k!=t} log f_k >= min_margin`` (0: the predicted class is a desired
+        one); the hinge then asks for ``min_margin + margin``. A positive value keeps the
+        final shrink/polish steps away from the decision boundary, so that the recourse
+        survives re-sampled contexts (see :func:`validity_under`).
     max_queries : int, default=200
         Query budget per instance (rows sent to the model, the query of ``x`` included).
     refresh : int, default=5
@@ -371,7 +379,8 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
                  subspace_dim: int = 3, n_directions: int = 4, mu: float = 0.1,
                  mu_max: float = 4.0, init_step: float = 0.2, lr: float = 0.3,
                  lr_decay: float = 0.99,
-                 lam: float = 0.1, margin: float = 0.1, max_queries: int = 200,
+                 lam: float = 0.1, margin: float = 0.1, min_margin: float = 0.0,
+                 max_queries: int = 200,
                  refresh: int = 5, explore: float = 0.2, init: str = "auto",
                  directions: str = "orthogonal", step_rule: str = "adaptive",
                  adaptive_mu: bool = True, probe_fallback: bool = True,
@@ -394,6 +403,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         self.lr_decay = lr_decay
         self.lam = lam
         self.margin = margin
+        self.min_margin = min_margin
         self.max_queries = max_queries
         self.refresh = refresh
         self.explore = explore
@@ -426,6 +436,7 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         if vals.pop("max_queries") < 2 and self.verify:
             raise ValueError("max_queries must be >= 2 with verify=True (one query is reserved "
                              f"for the re-query), got {self.max_queries}")
+        vals["margin"] = vals["margin"] + vals["min_margin"]  # the hinge's target
         return _Config(init=self.init, directions=self.directions, step_rule=self.step_rule,
                        adaptive_mu=bool(self.adaptive_mu),
                        probe_fallback=bool(self.probe_fallback),
@@ -607,7 +618,8 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         gens: dict[int, Any] = {}
         pending: dict[int, np.ndarray] = {}
         for i in range(m):
-            if is_valid(P0[i : i + 1], desired[i])[0]:
+            if is_valid(P0[i : i + 1], desired[i])[0] and (
+                    margins(P0[i : i + 1], desired[i])[0] >= cfg.min_margin):
                 outs[i].status, outs[i].z_best, outs[i].cost_best = "already_valid", np.zeros(d), 0.0
                 continue
             if spaces[i].actionable.size == 0:

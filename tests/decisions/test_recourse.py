@@ -63,12 +63,12 @@ def wine_rf():
     return X, y, RandomForestClassifier(30, random_state=0).fit(X, y)
 
 
-def _lp_optimum(w, b, x, scale, zlo, zhi):
-    """min sum|z| s.t. (w*scale).z >= -(w.x+b), zlo <= z <= zhi (z = zp - zn, zp, zn >= 0)."""
+def _lp_optimum(w, b, x, scale, zlo, zhi, m=0.0):
+    """min sum|z| s.t. (w*scale).z >= m - (w.x+b), zlo <= z <= zhi (z = zp - zn, zp, zn >= 0)."""
     v = w * scale
     d = len(x)
     bounds = [(0, max(h, 0.0)) for h in zhi] + [(0, max(-lo, 0.0)) for lo in zlo]
-    res = linprog(np.ones(2 * d), A_ub=-np.concatenate([v, -v])[None], b_ub=[x @ w + b],
+    res = linprog(np.ones(2 * d), A_ub=-np.concatenate([v, -v])[None], b_ub=[x @ w + b - m],
                   bounds=bounds, method="highs")
     assert res.success
     return res.fun
@@ -329,3 +329,17 @@ def test_validity_under_resampled_contexts(bc):
         np.testing.assert_array_equal(V[k][res.found], iccls[k].predict(res.x_cf[res.found]) == 1)
     with pytest.raises(TypeError, match="RecourseResult"):
         validity_under(iccls, None)
+
+
+def test_min_margin_gives_the_closed_form_robust_recourse(bc):
+    X, _, clf = bc
+    w, b = clf.coef_[0], clf.intercept_[0]
+    neg = X[clf.decision_function(X) < 0][:10]
+    est = AdaptiveSubspaceRecourse(clf, min_margin=1.5, random_state=0, progress=False).fit(X)
+    res = est.generate(neg, target=1)
+    assert res.found.all()
+    # for a logistic model log p1 - log p0 = w.x + b: every point clears the margin
+    assert np.all(clf.decision_function(res.x_cf) >= 1.5 - 1e-9)
+    opt = np.array([_lp_optimum(w, b, x, est.scale_, est._space(x, 0).zlo, est._space(x, 0).zhi,
+                                m=1.5) for x in neg])
+    assert np.all(res.cost >= opt * (1 - 1e-6)) and np.all(res.cost <= 1.10 * opt)
