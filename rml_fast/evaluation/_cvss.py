@@ -5,6 +5,9 @@ Written from the FIRST specifications:
 * CVSS v3.1 Specification Document, section 7 (base metric equations), 7.4 (metric values) and
   Appendix A (the ``Roundup`` function that avoids floating-point error); v3.0 base scores use the
   same equations with the plain ``Roundup`` (smallest one-decimal number >= x).
+* CVSS v2.0 complete documentation (FIRST), section 3.2.1 (base equation), 3.2.4 (rounding to
+  one decimal) and 3.3.1 (parameters) -- the format of most NVD records before 2016 and of
+  the released CYBERTEAM CVSS samples.
 * CVSS v4.0 Specification Document, section 8 (MacroVectors and the six equivalence sets
   EQ1..EQ6, the MacroVector score lookup table, the severity distance to the highest-severity
   vectors of a MacroVector and the interpolation); the 270 MacroVector scores, the highest
@@ -16,6 +19,7 @@ Public entry points are re-exported by :mod:`rml_fast.evaluation.cyberteam`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from itertools import product
 from typing import Any
@@ -26,11 +30,13 @@ from rml_fast.evaluation._cvss4_data import EQ_DEPTH, EQ_MAX_VECTORS, MACROVECTO
 
 __all__ = [
     "CVSSVectorError",
+    "cvss2_base",
     "cvss31_base",
     "cvss31_base_scores",
     "cvss31_roundup",
     "cvss40_macrovector",
     "cvss40_score",
+    "cvss_attributes_to_vector",
     "cvss_score",
     "cvss_severity",
 ]
@@ -301,6 +307,166 @@ def cvss31_base_scores(vectors: Iterable[str]) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
+# CVSS v2.0
+# --------------------------------------------------------------------------------------------
+
+_V2_BASE = ("AV", "AC", "Au", "C", "I", "A")
+_V2_ALLOWED: dict[str, tuple[str, ...]] = {
+    "AV": ("L", "A", "N"), "AC": ("H", "M", "L"), "Au": ("M", "S", "N"),
+    "C": ("N", "P", "C"), "I": ("N", "P", "C"), "A": ("N", "P", "C"),
+    "E": ("U", "POC", "F", "H", "ND"), "RL": ("OF", "TF", "W", "U", "ND"),
+    "RC": ("UC", "UR", "C", "ND"), "CDP": ("N", "L", "LM", "MH", "H", "ND"),
+    "TD": ("N", "L", "M", "H", "ND"), "CR": ("L", "M", "H", "ND"), "IR": ("L", "M", "H", "ND"),
+    "AR": ("L", "M", "H", "ND"),
+}
+_V2_AV = {"L": 0.395, "A": 0.646, "N": 1.0}
+_V2_AC = {"H": 0.35, "M": 0.61, "L": 0.71}
+_V2_AU = {"M": 0.45, "S": 0.56, "N": 0.704}
+_V2_CIA = {"N": 0.0, "P": 0.275, "C": 0.660}
+
+
+def _round_half_up_1(x: float) -> float:
+    return math.floor(x * 10 + 0.5 + 1e-9) / 10
+
+
+def _v2_base(m: dict[str, str]) -> float:
+    impact = 10.41 * (1 - (1 - _V2_CIA[m["C"]]) * (1 - _V2_CIA[m["I"]]) * (1 - _V2_CIA[m["A"]]))
+    expl = 20 * _V2_AV[m["AV"]] * _V2_AC[m["AC"]] * _V2_AU[m["Au"]]
+    f = 0.0 if impact == 0 else 1.176
+    return max(0.0, _round_half_up_1((0.6 * impact + 0.4 * expl - 1.5) * f))
+
+
+def _v2_severity(score: float) -> str:
+    return "Low" if score < 4.0 else "Medium" if score < 7.0 else "High"
+
+
+def cvss2_base(vector: str) -> tuple[float, str]:
+    """CVSS v2.0 base score and NVD v2 severity of one vector.
+
+    Implements the v2 base equation (CVSS v2 documentation, section 3.2.1)::
+
+        Impact = 10.41 (1 - (1 - C) (1 - I) (1 - A))
+        Exploitability = 20 AV AC Au
+        Base = round_to_1_decimal((0.6 Impact + 0.4 Exploitability - 1.5) f(Impact)),
+        f(Impact) = 0 if Impact = 0 else 1.176
+
+    with AV L/A/N = .395/.646/1.0, AC H/M/L = .35/.61/.71, Au M/S/N = .45/.56/.704,
+    C/I/A N/P/C = 0/.275/.660, rounded half up. Severity is NVD's v2 scale: Low < 4.0 <= Medium
+    < 7.0 <= High. Temporal / environmental metrics are validated and ignored.
+
+    Parameters
+    ----------
+    vector : str
+        ``"AV:_/AC:_/Au:_/C:_/I:_/A:_"``, optionally prefixed ``"CVSS:2.0/"`` or in parentheses.
+
+    Returns
+    -------
+    score : float
+    severity : str
+
+    Raises
+    ------
+    CVSSVectorError
+        A malformed vector; the message quotes it.
+
+    Examples
+    --------
+    >>> from rml_fast.evaluation.cyberteam import cvss2_base
+    >>> cvss2_base("AV:N/AC:L/Au:N/C:P/I:P/A:P")
+    (7.5, 'High')
+    >>> cvss2_base("CVSS:2.0/AV:N/AC:M/Au:S/C:N/I:P/A:N")
+    (3.5, 'Low')
+    """
+    if not isinstance(vector, str):
+        raise TypeError(f"vector must be a CVSS vector string, got {type(vector).__name__} "
+                        f"{vector!r}")
+    text = vector.strip()
+    if text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+    if not text.startswith("CVSS:2.0/"):
+        text = "CVSS:2.0/" + text
+    try:
+        m = _split(text, "CVSS:2.0/", _V2_ALLOWED, _V2_BASE)
+    except CVSSVectorError as exc:
+        why = str(exc).split(": ", 1)[1]
+        raise CVSSVectorError(f"malformed CVSS vector {vector!r}: {why}") from None
+    score = _v2_base(m)
+    return score, _v2_severity(score)
+
+
+_ATTR_KEYS = {
+    "attack vector": "AV", "access vector": "AV", "attack complexity": "AC",
+    "access complexity": "AC", "privileges required": "PR", "user interaction": "UI",
+    "scope": "S", "authentication": "Au", "confidentiality impact": "C",
+    "integrity impact": "I", "availability impact": "A", "confidentiality": "C",
+    "integrity": "I", "availability": "A",
+}
+_ATTR_VALUES = {
+    "network": "N", "adjacent network": "A", "adjacent": "A", "local": "L", "physical": "P",
+    "low": "L", "medium": "M", "high": "H", "none": "N", "required": "R", "unchanged": "U",
+    "changed": "C", "single": "S", "multiple": "M", "partial": "P", "complete": "C",
+}
+
+
+def cvss_attributes_to_vector(text: str) -> str:
+    """Turn ``"Attribute: Value, ..."`` text (the CYBERTEAM CVSS task's answer format) into a
+    vector string: CVSS v2.0 when it names ``Authentication`` (or Partial / Complete impacts),
+    else CVSS v3.1.
+
+    Parameters
+    ----------
+    text : str
+        E.g. ``"Access Vector: Network, Access Complexity: Low, Authentication: None,
+        Confidentiality Impact: Partial, ..."``; case-insensitive; ``CVSS: x`` items and unknown
+        attributes are ignored.
+
+    Returns
+    -------
+    str
+        ``"AV:N/AC:L/Au:N/C:P/I:P/A:P"`` (v2) or ``"CVSS:3.1/AV:.../A:..."``.
+
+    Raises
+    ------
+    CVSSVectorError
+        A value that does not fit its attribute, or missing base metrics (named).
+
+    Examples
+    --------
+    >>> from rml_fast.evaluation.cyberteam import cvss_attributes_to_vector
+    >>> cvss_attributes_to_vector("Access Vector: Network, Access Complexity: Low, "
+    ...     "Authentication: None, Confidentiality Impact: Partial, Integrity Impact: Partial, "
+    ...     "Availability Impact: Partial")
+    'AV:N/AC:L/Au:N/C:P/I:P/A:P'
+    >>> cvss_attributes_to_vector("CVSS: 3.1, Attack Vector: Local, Attack Complexity: Low, "
+    ...     "Privileges Required: Low, User Interaction: None, Scope: Unchanged, "
+    ...     "Confidentiality Impact: None, Integrity Impact: None, Availability Impact: High")
+    'CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:N/I:N/A:H'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    found: dict[str, str] = {}
+    for part in re.split(r"[,;\n]+", text.strip().strip("`")):
+        if ":" not in part:
+            continue
+        key, val = (x.strip().lower() for x in part.split(":", 1))
+        if key in _ATTR_KEYS and val in _ATTR_VALUES:
+            found[_ATTR_KEYS[key]] = _ATTR_VALUES[val]
+    v2 = "Au" in found or any(found.get(k) in ("P", "C") for k in ("C", "I", "A"))
+    keys = _V2_BASE if v2 else _V3_BASE
+    allowed = _V2_ALLOWED if v2 else _V3_ALLOWED
+    missing = [k for k in keys if k not in found]
+    if missing:
+        raise CVSSVectorError(f"malformed CVSS attributes {text!r}: missing base metric(s) "
+                              f"{', '.join(missing)}")
+    bad = [k for k in keys if found[k] not in allowed[k]]
+    if bad:
+        raise CVSSVectorError(f"malformed CVSS attributes {text!r}: value(s) of {bad} do not "
+                              f"fit CVSS {'v2.0' if v2 else 'v3.1'}")
+    body = "/".join(f"{k}:{found[k]}" for k in keys)
+    return body if v2 else "CVSS:3.1/" + body
+
+
+# --------------------------------------------------------------------------------------------
 # CVSS v4.0
 # --------------------------------------------------------------------------------------------
 
@@ -526,12 +692,13 @@ def cvss40_score(vector: str) -> tuple[float, str]:
 
 
 def cvss_score(vector: str) -> tuple[float, str]:
-    """Score a CVSS vector of any supported version (v3.0, v3.1 base; v4.0), by its prefix.
+    """Score a CVSS vector of any supported version (v2.0, v3.0, v3.1 base; v4.0), by its prefix.
 
     Parameters
     ----------
     vector : str
-        Starts with ``CVSS:3.0/``, ``CVSS:3.1/`` or ``CVSS:4.0/``.
+        Starts with ``CVSS:3.0/``, ``CVSS:3.1/`` or ``CVSS:4.0/``; a v2 vector
+        (``CVSS:2.0/`` or bare ``AV:_/AC:_/Au:_/...``) is scored by :func:`cvss2_base`.
 
     Returns
     -------
@@ -559,5 +726,8 @@ def cvss_score(vector: str) -> tuple[float, str]:
         return cvss40_score(vector)
     if head in ("CVSS:3.1/", "CVSS:3.0/"):
         return cvss31_base(vector)
+    if head == "CVSS:2.0/" or "/Au:" in vector:
+        return cvss2_base(vector)
     raise CVSSVectorError(f"malformed CVSS vector {vector!r}: unknown version prefix; "
-                          "expected 'CVSS:3.0/', 'CVSS:3.1/' or 'CVSS:4.0/'")
+                          "expected 'CVSS:3.0/', 'CVSS:3.1/', 'CVSS:4.0/' or a v2 vector "
+                          "('AV:_/AC:_/Au:_/...')")

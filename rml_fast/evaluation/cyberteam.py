@@ -5,7 +5,7 @@ reference repo github.com/mengyuqiao/LLM-Cyberteam). A workflow is a DAG of task
 stages that flow Threat Attribution -> Behavior Analysis -> Prioritization -> Response; each task
 runs an ordered chain of operational modules from nine types (NER, REX, SPA, SUM, CLS, MATH, MAP,
 SIM, RAG). Modules are plain callables ``module(ctx) -> dict``: five deterministic ones ship here
-(REX regex indicators, MATH = CVSS v3.1 / v4.0 scoring, MAP table lookup, SIM TF-IDF matching,
+(REX regex indicators, MATH = CVSS v2.0 / v3.1 / v4.0 scoring, MAP table lookup, SIM TF-IDF matching,
 RAG TF-IDF retrieval), the four LLM-backed ones fill a prompt template, call an injected
 ``llm(prompt) -> str`` and parse its JSON robustly. A task sees the outputs of its ancestors
 only; its answer is scored against a gold answer per task type (PROPOSED rules, :func:`score_task`);
@@ -42,11 +42,13 @@ from tqdm.auto import tqdm
 from rml_fast._validation import Interval, check_scalar
 from rml_fast.evaluation._cvss import (
     CVSSVectorError,
+    cvss2_base,
     cvss31_base,
     cvss31_base_scores,
     cvss31_roundup,
     cvss40_macrovector,
     cvss40_score,
+    cvss_attributes_to_vector,
     cvss_score,
     cvss_severity,
 )
@@ -68,11 +70,13 @@ __all__ = [
     "Workflow",
     "WorkflowCycleError",
     "aggregate_scores",
+    "cvss2_base",
     "cvss31_base",
     "cvss31_base_scores",
     "cvss31_roundup",
     "cvss40_macrovector",
     "cvss40_score",
+    "cvss_attributes_to_vector",
     "cvss_score",
     "cvss_severity",
     "default_modules",
@@ -818,7 +822,9 @@ class TaskResult:
 
 # ----------------------------------------------------------------------------- built-in modules
 
-_CVSS_VEC_RE = re.compile(r"CVSS:(?:3\.[01]|4\.0)/[A-Za-z:/]+[A-Za-z]")
+_CVSS_VEC_RE = re.compile(r"CVSS:(?:3\.[01]|4\.0)/[A-Za-z:/]+[A-Za-z]"
+                          r"|\bAV:[LAN]/AC:[HML]/Au:[MSN]/C:[NPC]/I:[NPC]/A:[NPC]\b")
+_CVSS_ATTR_RE = re.compile(r"(?:Access|Attack) Vector\s*:", re.IGNORECASE)
 _CVSS_REPORTED_RE = re.compile(r"<CVSS Scores?>\s*:\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
@@ -835,6 +841,13 @@ def _module_math(ctx: ModuleContext) -> dict:
             found.append({"vector": vec, "error": str(exc)})
             continue
         found.append({"vector": vec, "score": score, "severity": sev})
+    if not found and _CVSS_ATTR_RE.search(ctx.text):  # "Attribute: Value, ..." answers
+        try:
+            vec = cvss_attributes_to_vector(ctx.text)
+            score, sev = cvss_score(vec)
+            found.append({"vector": vec, "score": score, "severity": sev})
+        except CVSSVectorError as exc:
+            found.append({"vector": None, "error": str(exc)})
     scored = [f["score"] for f in found if "score" in f]
     best = max(scored) if scored else None
     reported = _CVSS_REPORTED_RE.search(ctx.text)
@@ -1615,7 +1628,8 @@ def open_ended_baseline(sample: Mapping[str, Any], llm: Callable[[str], str],
     return {"answers": answers, "parsed": parsed, "scores": scores}
 
 
-_FIELD_RE = re.compile(r"<([^<>]{1,40})>\s*:\s*(.*?)(?=\s*<[^<>]{1,40}>\s*:|\Z)", re.DOTALL)
+_FIELD_RE = re.compile(r"<([A-Za-z][A-Za-z ]{0,39})>\s*:\s*(.*?)(?=\s*<[A-Za-z][A-Za-z ]{0,39}>\s*:|\Z)",
+                       re.DOTALL)
 
 
 def load_cyberteam_json(path_or_records: str | os.PathLike | Sequence[Mapping[str, Any]]

@@ -11,6 +11,9 @@ Oracles:
   (``tests/vectors_security4``) and 6 with exploit maturity (``tests/vectors_threat4``) of the same
   repository and commit; the 270 MacroVector scores reproduced at each MacroVector's highest
   vector; invariants (supplemental metrics never change a score, exploit maturity only lowers it).
+* v2.0: all 729 base vectors against ``tests/vectors_simple2`` of the same repository and commit,
+  and the three worked examples of the CVSS v2 guide (section 3.3: CVE-2002-0392 7.8,
+  CVE-2003-0818 10.0, CVE-2003-0062 6.2).
 * ``cvss`` (PyPI) itself when it is installed (it is not in this environment: that test skips).
 """
 
@@ -24,11 +27,13 @@ import pytest
 from rml_fast.evaluation._cvss4_data import EQ_MAX_VECTORS, MACROVECTOR_SCORES
 from rml_fast.evaluation.cyberteam import (
     CVSSVectorError,
+    cvss2_base,
     cvss31_base,
     cvss31_base_scores,
     cvss31_roundup,
     cvss40_macrovector,
     cvss40_score,
+    cvss_attributes_to_vector,
     cvss_score,
     cvss_severity,
 )
@@ -118,6 +123,56 @@ _V31_FIRST_EXAMPLES = [
     ("CVE-2016-1645", "CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:U/C:H/I:H/A:H", 8.8),
     ("CVE-2016-0128", "CVSS:3.1/AV:N/AC:H/PR:N/UI:R/S:U/C:H/I:H/A:N", 6.8),
 ]
+
+# ---------------------------------------------------------------------------------- v2.0 data
+
+_V2_HEX = (
+    "00082508172c252c3508172c1722312c3138252c352c313835383b000a260a182d262d370a182d1823322d3239262d37"
+    "2d323937393c000c280c1a2f282f380c1a2f1a25342f343b282f382f343b383b3e000d290d1b3029303a0d1b301b2635"
+    "30353c29303a30353c3a3c3f000f2c0f1e322c323c0f1e321e293732373e2c323c32373e3c3e4200132f1321362f363f"
+    "132136212c3b363b422f363f363b423f4245000e2b0e1d322b323b0e1d321d283732373e2b323b32373e3b3e4100112e"
+    "1120342e343e112034202b393439402e343e3439403e4044001531152438313842152438242e3d383d44313842383d44"
+    "424448000c280c1b2f282f390c1b2f1b25342f343b282f392f343b393b3e000e2b0e1d322b323b0e1d321d283732373e"
+    "2b323b32373e3b3e4100122e1220352e353e122035202b3a353a412e353e353a413e4144001330132236303640132236"
+    "222d3b363b42303640363b4240424600173417263a343a4417263a26313f3a3f46343a443a3f4644464a001d391d2b40"
+    "3940491d2b402b364540454c39404940454c494c4f001632162539323943162539252f3e393e45323943393e45434548"
+    "001b371b293e373e471b293e2934433e434a373e473e434a474a4d00213d2130443d444e213044303a494449503d444e"
+    "4449504e505300112e1120352e353e112035202b3a353a402e353e353a403e4044001531152438313842152438242e3d"
+    "383d44313842383d44424447001a361a283d363d471a283d2833423d4249363d473d424947494c001c391c2b40394049"
+    "1c2b402b364540454b39404940454b494b4f00233f2331463f464f233146313c4b464b523f464f464b524f5255002b47"
+    "2b3a4e474e582b3a4e3a44534e535a474e584e535a585a5d00213d212f443d444d212f442f3a494449503d444d444950"
+    "4d505300284428374b444b5528374b3741504b5057444b554b505755575a00324e3240554e555e324055404b5a555a61"
+    "4e555e555a615e6164"
+)
+
+
+def test_v2_all_729_base_vectors_and_guide_examples():
+    scores = [int(_V2_HEX[i:i + 2], 16) / 10 for i in range(0, len(_V2_HEX), 2)]
+    vecs = ["AV:{}/AC:{}/Au:{}/C:{}/I:{}/A:{}".format(*t)
+            for t in itertools.product("LAN", "HML", "MSN", "NPC", "NPC", "NPC")]
+    assert len(scores) == len(vecs) == 729
+    assert [cvss2_base(v)[0] for v in vecs] == scores
+    assert cvss2_base("AV:N/AC:L/Au:N/C:N/I:N/A:C") == (7.8, "High")  # CVE-2002-0392
+    assert cvss_score("(AV:N/AC:L/Au:N/C:C/I:C/A:C)") == (10.0, "High")  # CVE-2003-0818
+    assert cvss_score("CVSS:2.0/AV:L/AC:H/Au:N/C:C/I:C/A:C") == (6.2, "Medium")  # CVE-2003-0062
+    with pytest.raises(CVSSVectorError, match="'AV:N/AC:L/Au:X/C:N/I:N/A:C'"):
+        cvss2_base("AV:N/AC:L/Au:X/C:N/I:N/A:C")
+
+
+def test_attribute_text_to_vector():
+    v2 = ("Access Vector: Network, Access Complexity: Medium, Authentication: Single, "
+          "Confidentiality Impact: None, Integrity Impact: Partial, Availability Impact: None")
+    assert cvss_attributes_to_vector(v2) == "AV:N/AC:M/Au:S/C:N/I:P/A:N"
+    assert cvss_score(cvss_attributes_to_vector(v2)) == (3.5, "Low")
+    v3 = ("`CVSS: 3.1, Access Vector: Network, Access Complexity: High, Privileges Required: "
+          "None, User Interaction: Required, Scope: Unchanged, Confidentiality Impact: Low, "
+          "Integrity Impact: None, Availability Impact: None`")
+    assert cvss_attributes_to_vector(v3) == "CVSS:3.1/AV:N/AC:H/PR:N/UI:R/S:U/C:L/I:N/A:N"
+    with pytest.raises(CVSSVectorError, match=r"missing base metric\(s\) PR, UI, S"):
+        cvss_attributes_to_vector("Access Vector: Local, Access Complexity: Low, "
+                                  "Confidentiality Impact: High, Integrity Impact: High, "
+                                  "Availability Impact: High")
+
 
 # ---------------------------------------------------------------------------------- v4.0 data
 # each item: the 11 base values (AV AC AT PR UI VC VI VA SC SI SA), then 10 x score in hex
@@ -443,7 +498,8 @@ def test_v4_invariants_supplemental_and_threat():
         ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H/ZZ:1", "unknown metric 'ZZ'"),
         ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H/", "not of the form METRIC:VALUE"),
         ("AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", "unknown version prefix"),
-        ("CVSS:2.0/AV:N", "unknown version prefix"),
+        ("CVSS:5.0/AV:N", "unknown version prefix"),
+        ("CVSS:2.0/AV:N", "missing base metric(s) AC, Au, C, I, A"),
         ("CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:H/VI:H/VA:H/SC:N/SI:S/SA:N", "metric SI"),
         ("CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:H/VI:H/VA:H/SC:N/SI:N", "missing base metric"),
         ("CVSS:4.0/", "no metrics"),

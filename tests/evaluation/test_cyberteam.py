@@ -481,6 +481,30 @@ def test_load_cyberteam_json(tmp_path):
         load_cyberteam_json(tmp_path / "missing.json")
 
 
+def test_released_cvss_record_format():
+    # the shape of data/secure_dataset/task5/CVSS/test/*.json of the reference repository
+    rec = {"instruction": "The following is a CVE case: ... determine the CVSS vector ...",
+           "input": "<Description>: WebKit in Apple iOS before 9.2 allows remote attackers to "
+                    "execute arbitrary code via a crafted web site. <Affected Products>:\n"
+                    "Apple\u00bbSafariVersions  up to, including, (<=) 9.0.1cpe:2.3:a:apple",
+           "output": "Access Vector: Network, Access Complexity: Medium, Authentication: None, "
+                     "Confidentiality Impact: Partial, Integrity Impact: Partial, "
+                     "Availability Impact: Partial"}
+    (s,) = load_cyberteam_json([rec])
+    assert set(s["fields"]) == {"Description", "Affected Products"}
+    assert s["fields"]["Affected Products"].endswith("(<=) 9.0.1cpe:2.3:a:apple")
+    wf = Workflow([TaskSpec("cvss", "prioritization", modules=("MATH",), scorer="numeric",
+                            answer_key="cvss_score")])
+    gold = wf.run({"text": s["output"]})["cvss"].answer  # the gold attributes, scored (v2)
+    assert gold == 6.8
+    pred = wf.run({"text": "Access Vector: Network, Access Complexity: Low, Authentication: "
+                           "None, Confidentiality Impact: Partial, Integrity Impact: Partial, "
+                           "Availability Impact: Partial", "gold": {"cvss": gold}})["cvss"]
+    assert pred.answer == 7.5
+    assert pred.scores == pytest.approx({"abs_error": 0.7, "within_0_5": 0.0,
+                                         "severity_match": 0.0})
+
+
 def test_open_ended_baseline():
     tasks = example_tasks()
     sample = example_samples()[0]
