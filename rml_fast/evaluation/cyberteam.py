@@ -86,6 +86,7 @@ __all__ = [
     "extract_json",
     "heuristic_llm",
     "llm_module",
+    "llm_selector",
     "load_cyberteam_json",
     "map_lookup",
     "normalize_entity",
@@ -754,6 +755,9 @@ class ModuleContext:
     knowledge : dict
         Offline knowledge: ``"ttps"`` ({id: description}), ``"map"`` ({table: {key: value}}),
         ``"corpus"`` (list of str).
+
+    Modules must treat the context as read-only (upstream outputs are shared between the
+    tasks that read them) and return JSON-serialisable values.
     """
 
     task: TaskSpec
@@ -961,6 +965,52 @@ def llm_module(kind: str, *, n_sentences: int = 4) -> Callable[[ModuleContext], 
 
     run.__name__ = f"llm_{kind.lower()}"
     return run
+
+
+def llm_selector(llm: Callable[[str], str]) -> Callable[[str, list, Any], list]:
+    """A ``select`` callable for :meth:`Workflow.run` that lets the LLM choose which tasks of
+    each stage to run (the paper's flexible subset).
+
+    The LLM is shown the stage, the candidate task names with their instructions and the
+    report, and answers JSON ``{"tasks": [...]}`` (or a bare list). Unknown names are dropped;
+    an unparseable reply or an empty choice runs every candidate (PROPOSED fallback).
+
+    Parameters
+    ----------
+    llm : callable
+        ``llm(prompt) -> str``.
+
+    Returns
+    -------
+    callable
+        ``select(stage, candidates, sample) -> list of names``.
+
+    Examples
+    --------
+    >>> from rml_fast.evaluation.cyberteam import llm_selector
+    >>> pick = llm_selector(lambda p: '{"tasks": ["severity_scoring", "bogus"]}')
+    >>> pick("prioritization", ["severity_scoring", "attack_vector_classification"], {"text": "x"})
+    ['severity_scoring']
+    """
+    if not callable(llm):
+        raise TypeError("llm must be callable(prompt) -> str")
+
+    def select(stage: str, candidates: list, sample: Any) -> list:
+        text = sample.get("text", "") if isinstance(sample, Mapping) else ""
+        prompt = (f"[SELECT] Stage: {stage}. Choose the tasks worth running for this report "
+                  f"from {json.dumps(list(candidates))}.\nReport:\n{text}\n"
+                  'Answer with JSON {"tasks": [...]}.')
+        try:
+            val = extract_json(llm(prompt))
+        except ValueError:
+            return list(candidates)
+        names = val.get("tasks", []) if isinstance(val, dict) else val
+        if not isinstance(names, list):
+            return list(candidates)
+        chosen = [c for c in candidates if c in names]
+        return chosen or list(candidates)
+
+    return select
 
 
 def default_modules() -> dict[str, Callable[[ModuleContext], dict]]:
@@ -1257,7 +1307,12 @@ class Workflow:
         if isinstance(gold, Mapping) and name in gold:
             res.scores = score_task(task.scorer, res.answer, gold[name])
         # JSON round trip: a resumed run reads exactly what a fresh run returns
-        return TaskResult.from_dict(json.loads(json.dumps(res.to_dict())))
+        try:
+            blob = json.dumps(res.to_dict())
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"task {name!r}: module outputs must be JSON-serialisable "
+                            f"(dicts, lists, str, numbers, bool, None): {exc}") from None
+        return TaskResult.from_dict(json.loads(blob))
 
     def run(self, sample: Mapping[str, Any], llm: Callable[[str], str] | None = None,
             modules: Mapping[str, Callable[[ModuleContext], dict]] | None = None, *,

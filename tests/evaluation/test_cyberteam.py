@@ -33,6 +33,7 @@ from rml_fast.evaluation.cyberteam import (
     example_tasks,
     extract_json,
     heuristic_llm,
+    llm_selector,
     load_cyberteam_json,
     map_lookup,
     normalize_entity,
@@ -267,6 +268,26 @@ def test_select_skips_tasks_and_scores_them_as_empty():
     assert agg["per_task"]["infrastructure_extraction"]["f1"] == 0.0
     with pytest.raises(ValueError, match="not among its tasks"):
         wf.run(example_samples()[0], heuristic_llm, select=lambda s, c, x: ["nope"])
+
+
+def test_llm_selector_and_non_json_outputs():
+    wf = Workflow(example_tasks())
+
+    def chooser(prompt):
+        if prompt.startswith("[SELECT] Stage: prioritization"):
+            return '{"tasks": ["severity_scoring", "made_up"]}'
+        if prompt.startswith("[SELECT] Stage: response"):
+            return "no JSON at all"
+        return heuristic_llm(prompt)
+
+    res = wf.run(example_samples()[0], chooser, knowledge=example_knowledge(),
+                 select=llm_selector(chooser))
+    assert res["severity_scoring"].status == "ok"
+    assert res["attack_vector_classification"].status == "skipped"
+    assert res["mitigation_recommendation"].status == "ok"  # unparseable choice: run all
+    bad = Workflow([TaskSpec("a", "behavior", modules=("X",))])
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        bad.run({"text": "t"}, modules={"X": lambda ctx: {"s": {1, 2}}})
 
 
 def test_unparseable_llm_reply_is_a_failed_module_call():
