@@ -373,8 +373,9 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         if self.init == "random_points":
             means = centers  # the reference's random-point means; W, Ψ from their cells
         self.means_, self.loadings_, self.psi_, self.weights_ = means, W, psi, w
-        self.n_iter_, self.loglik_history_ = 0, []
-        self._adam_state = None
+        self.n_iter_ = 0
+        self.loglik_history_: list[float] = []
+        self._adam_state: Any = None
         self._seed = int(rng.integers(2**31 - 1))
 
     def _chunk(self) -> int:
@@ -403,7 +404,7 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
             if abs(ll - prev) < self.tol:  # converged: keep the parameters that gave ``ll``
                 self.converged_ = True
                 break
-            params = tuple(new)
+            params = (new[0], new[1], new[2], new[3])
             self.n_iter_ += 1
         self.means_, self.loadings_, self.psi_, self.weights_ = params
         self.loglik_history_ = hist
@@ -608,7 +609,7 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         """
         R = self.predict_proba(X)
         if top_k is not None:
-            top_k = check_scalar(top_k, "top_k", Interval("int", 1, R.shape[1]))
+            top_k = int(check_scalar(top_k, "top_k", Interval("int", 1, R.shape[1])))
             thr = -np.sort(-R, axis=1)[:, top_k - 1:top_k]
             R = np.where(thr <= R, R, 0.0)
         Ez, _ = self.posterior_latents(X)
@@ -683,7 +684,7 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         (3, 2)
         """
         check_is_fitted(self, "means_")
-        n = check_scalar(n_samples, "n_samples", Interval("int", 1, None))
+        n = int(check_scalar(n_samples, "n_samples", Interval("int", 1, None)))
         g = check_rng(rng)
         K, D, q = self.loadings_.shape
         labels = g.choice(K, size=n, p=self.weights_)
@@ -937,8 +938,8 @@ def minilm_hidden_states(
 
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts) or not texts:
         raise TypeError("texts must be a non-empty sequence of str")
-    layer = check_scalar(layer, "layer", Interval("int", 0, 6))
-    batch_size = check_scalar(batch_size, "batch_size", Interval("int", 1, None))
+    layer = int(check_scalar(layer, "layer", Interval("int", 0, 6)))
+    batch_size = int(check_scalar(batch_size, "batch_size", Interval("int", 1, None)))
     st = MiniLMEmbedder()._load()
     bert, tok = st[0].auto_model, st.tokenizer
     rows, names, which = [], [], []
