@@ -252,7 +252,8 @@ def em_step(
 
 
 def kmeans_init(
-    X: np.ndarray, K: int, *, proj_dim: int, pool_frac: float, rng: np.random.Generator
+    X: np.ndarray, K: int, *, proj_dim: int, pool_frac: float, rng: np.random.Generator,
+    n_init: int = 3,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Projected k-means: a random pool of rows, a random orthonormal projection to
     ``proj_dim`` dimensions, k-means++ with Lloyd iterations (scikit-learn's ``KMeans``).
@@ -267,7 +268,7 @@ def kmeans_init(
     if proj_dim < D:
         Q, _ = np.linalg.qr(rng.standard_normal((D, proj_dim)))
         Xp = Xp @ Q
-    km = KMeans(n_clusters=K, n_init=3, max_iter=100, random_state=int(rng.integers(2**31 - 1)))
+    km = KMeans(n_clusters=K, n_init=n_init, max_iter=100, random_state=int(rng.integers(2**31 - 1)))
     labels = km.fit_predict(Xp)
     return idx, labels
 

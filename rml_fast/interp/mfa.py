@@ -59,6 +59,7 @@ _SCALARS = {
     "psi_floor": Interval("real", 0.0, None, closed="neither"),
     "proj_dim": Interval("int", 1, None),
     "pool_frac": Interval("real", 0.0, 1.0, closed="right"),
+    "kmeans_n_init": Interval("int", 1, None),
 }
 
 
@@ -116,6 +117,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         Dimension of the random projection used by k-means initialisation.
     pool_frac : float, default=0.2
         Fraction of rows used for initialisation (at least ``20 K`` rows when available).
+    kmeans_n_init : int, default=3
+        k-means++ restarts of the initialisation (the best inertia is kept).
     keep_best : bool, default=True
         Adam: return the parameters of the best epoch (by mean training NLL).
     warm_start : bool, default=False
@@ -185,6 +188,7 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         psi_floor: float = 1e-5,
         proj_dim: int = 32,
         pool_frac: float = 0.2,
+        kmeans_n_init: int = 3,
         keep_best: bool = True,
         warm_start: bool = False,
         device: str = "cpu",
@@ -207,6 +211,7 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         self.psi_floor = psi_floor
         self.proj_dim = proj_dim
         self.pool_frac = pool_frac
+        self.kmeans_n_init = kmeans_n_init
         self.keep_best = keep_best
         self.warm_start = warm_start
         self.device = device
@@ -359,7 +364,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         K = int(self.n_components)
         if self.init == "kmeans":
             idx, labels = core.kmeans_init(
-                X, K, proj_dim=int(self.proj_dim), pool_frac=float(self.pool_frac), rng=rng)
+                X, K, proj_dim=int(self.proj_dim), pool_frac=float(self.pool_frac), rng=rng,
+                n_init=int(self.kmeans_n_init))
         else:
             n_pool = min(N, max(int(np.ceil(self.pool_frac * N)), min(N, 20 * K)))
             idx = np.sort(rng.choice(N, size=n_pool, replace=False))
