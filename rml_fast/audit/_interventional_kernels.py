@@ -28,8 +28,8 @@ def size_weights(index: str, n: int) -> np.ndarray:
     Pairwise: SII ``1/(t-1)``, BII ``2^-(t-2)``, STII ``1/C(t,2)``, Moebius ``[t == 2]``;
     singletons: SV ``1/t``, BV ``2^-(t-1)``, Moebius ``[t == 1]``.
     """
-    t = np.arange(n + 1, dtype=np.float64)
-    w = np.zeros(n + 1)
+    t = np.arange(max(n, 2) + 1, dtype=np.float64)  # at least sizes 0..2
+    w = np.zeros(t.size)
     if index == "SII":
         w[2:] = 1.0 / (t[2:] - 1.0)
     elif index == "BII":

@@ -249,10 +249,10 @@ class InpaintingGenerator:
         gen = np.random.default_rng(seed)
         for i, m in enumerate(self.masks):
             rows = np.flatnonzero(~keep[:, i])
-            fill = x[self._rings[i]].mean()
-            vals = np.full((rows.size, int(m.sum())), fill)
-            if self.noise > 0:
-                vals += self.noise * gen.standard_normal(vals.shape)
+            fill = np.full(int(m.sum()), x[self._rings[i]].mean())
+            if self.noise > 0:  # one noise pattern per (seed, object): v(S) depends on S, seed only
+                fill = fill + self.noise * gen.standard_normal(fill.shape)
+            vals = np.broadcast_to(fill, (rows.size, fill.size))
             sub = out[rows]
             sub[:, m] = vals
             out[rows] = sub
@@ -338,8 +338,10 @@ class FeatureGroupGenerator:
         Reference rows.
     mode : {"baseline", "marginal"}, default="baseline"
         "baseline": removed features take the background column means (deterministic);
-        "marginal": each coalition row draws one background row (seeded by ``seed``) and the
-        removed features take its values (interventional / marginal Shapley).
+        "marginal": ``seed`` picks one background row (the same for every coalition, so an
+        intervened row depends only on its coalition and the seed) and the removed features take
+        its values; averaging over ``R`` seeds gives the interventional (marginal) game with
+        ``R`` background draws.
 
     Examples
     --------
@@ -389,7 +391,6 @@ class FeatureGroupGenerator:
         if self.mode == "baseline":
             fill = np.broadcast_to(self._base, feat_keep.shape)
         else:
-            rows = np.random.default_rng(seed).integers(0, self.background.shape[0],
-                                                        keep.shape[0])
-            fill = self.background[rows]
+            row = np.random.default_rng(seed).integers(0, self.background.shape[0])
+            fill = np.broadcast_to(self.background[row], feat_keep.shape)
         return np.where(feat_keep, x[None, :], fill)

@@ -241,9 +241,12 @@ def exact_attribution_reference(values, index: str = "SII") -> AttributionResult
         sw = np.sqrt(mu[[bin(s).count("1") for s in rows]])
         # pin the grand coalition: the last coefficient is d - sum(others)
         d = v[full] - v[0]
-        Xr = X[:, :-1] - X[:, -1:]
-        coef, *_ = np.linalg.lstsq(Xr * sw[:, None], (y - d * X[:, -1]) * sw, rcond=None)
-        beta = np.append(coef, d - coef.sum())
+        if n == 1:
+            beta = np.array([d])
+        else:
+            Xr = X[:, :-1] - X[:, -1:]
+            coef, *_ = np.linalg.lstsq(Xr * sw[:, None], (y - d * X[:, -1]) * sw, rcond=None)
+            beta = np.append(coef, d - coef.sum())
         first = beta[:n]
         for k, (i, j) in enumerate(pairs_ij):
             inter[i, j] = inter[j, i] = beta[n + k]
