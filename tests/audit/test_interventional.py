@@ -241,7 +241,7 @@ def test_toy_inpainting_with_seeds_and_ci():
 
 
 def test_toy_samplers_through_the_estimator():
-    scene, w, G, f = _toy()
+    scene, _, G, f = _toy()
     gen = OracleSceneGenerator(scene)
     kern = GenerativeInterventionalAttribution(f, gen, approximator="kernel", budget=40).fit(
         scene.image, 6)
@@ -318,7 +318,7 @@ def test_tabular_probability_game_matches_shapiq():
 
 
 def test_bad_input_raises_clear_errors():
-    scene, w, G, f = _toy()
+    scene, _, _, f = _toy()
     good = OracleSceneGenerator(scene)
     with pytest.raises(ValueError, match="one intervened input per coalition"):
         GenerativeInterventionalAttribution(f, lambda x, k, s: scene.render(k)[:1]).fit(
