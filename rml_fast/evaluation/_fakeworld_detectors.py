@@ -200,11 +200,13 @@ class PixelStatsDetector:
         >>> det.score_payload("image", np.zeros((3, 3)))
         Traceback (most recent call last):
         ...
-        ValueError: Instance '?': media['image'] has shape (3, 3); this detector needs grey-scale frames of shape (8, 8)
+        ValueError: Instance 'payload': media['image'] has shape (3, 3); this detector needs grey-scale frames of shape (8, 8)
         """
+        return self._score(Instance("payload", "web", {modality: payload}, {}, ""), modality)
+
+    def _score(self, inst: Instance, modality: str) -> tuple[float, str]:
         if not hasattr(self, "model_"):
             raise RuntimeError("PixelStatsDetector is not fitted; call fit(instances) first")
-        inst = Instance("?", "web", {modality: payload}, {}, "")
         fr = _frames(inst, modality, self.frame_shape_)
         p = float(self.model_.predict_proba(_fft_features(fr))[:, 1].mean())
         word = "synthetic" if p > 0.5 else "authentic"
@@ -231,7 +233,7 @@ class PixelStatsDetector:
         media, notes = {}, []
         for m in inst.media_labels:
             if m in ("image", "video"):
-                media[m], note = self.score_payload(m, inst.media[m])
+                media[m], note = self._score(inst, m)
                 notes.append(note)
         ev = tuple({"modality": m} for m, s in media.items() if s > 0.5)
         return Prediction(media, None, rationale="; ".join(notes), evidence=ev)

@@ -28,8 +28,10 @@ def score_arrays(ev: Any, instances: list[Instance], preds: list[Prediction | No
             raise ValueError(f"Instance {inst.id!r}: content_label {inst.content_label!r} is not "
                              f"one of content_classes {classes}")
     failed = np.array([p is None for p in preds])
-    media_axis = any(p is not None and p.media for p in preds)
-    content_axis = any(p is not None and p.content is not None for p in preds)
+    # an axis no prediction addresses is left out, unless every prediction failed (all wrong)
+    media_axis = bool(failed.all()) or any(p is not None and p.media for p in preds)
+    content_axis = bool(failed.all()) or any(p is not None and p.content is not None
+                                             for p in preds)
 
     # ---------------------------------------------------------------- authenticity
     y_syn = np.array([max(i.media_labels.values(), default=0) for i in instances], np.int64)
