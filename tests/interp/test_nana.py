@@ -329,13 +329,14 @@ def test_gpt2_adapter_weight_level_oracles():
     torch.testing.assert_close(nana.ablate_units(tokens, 0, every).float(), ref, atol=1e-5, rtol=1e-5)
 
 
-def _tiny_bert():
-    from transformers import BertConfig, BertModel
+def _tiny_bert(family="bert"):
+    from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
     torch.manual_seed(0)
-    cfg = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                     vocab_size=50, max_position_embeddings=16)  # fmt: skip
-    return BertModel(cfg).eval()
+    Config, Model = (BertConfig, BertModel) if family == "bert" else (RobertaConfig, RobertaModel)
+    cfg = Config(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                 vocab_size=50, max_position_embeddings=20)  # fmt: skip
+    return Model(cfg).eval()
 
 
 def _bert_checks(model, tokens, layer_units, pos_id, neg_id):
@@ -372,8 +373,9 @@ def _bert_checks(model, tokens, layer_units, pos_id, neg_id):
     return nana
 
 
-def test_bert_adapter_post_ln_oracles():
-    _bert_checks(_tiny_bert(), _tokens(v=50, b=2, p=6), (0, 9), 11, 12)
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_bert_adapter_post_ln_oracles(family):
+    _bert_checks(_tiny_bert(family), _tokens(v=47, b=2, p=6) + 3, (0, 9), 11, 12)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
