@@ -19,7 +19,6 @@ are PROPOSED (spec ``robust_media`` §3).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from rml_fast._validation import Interval, check_rng, check_scalar
+from rml_fast.evaluation import _fakeworld_metrics as fm
 from rml_fast.evaluation._fakeworld_data import make_instances
 from rml_fast.evaluation._fakeworld_detectors import (
     ConstantDetector,
@@ -38,6 +38,12 @@ from rml_fast.evaluation._fakeworld_detectors import (
     OmniChecker,
     OracleDetector,
     PixelStatsDetector,
+)
+from rml_fast.evaluation._fakeworld_journal import (
+    from_record,
+    json_default,
+    open_journal,
+    to_record,
 )
 from rml_fast.evaluation._fakeworld_types import (
     CONTENT_CLASSES,
@@ -60,6 +66,7 @@ __all__ = [
     "Prediction",
     "Report",
     "TwoAxisEvaluator",
+    "axis_metrics",
     "make_fakeworld_mini",
     "parse_prediction",
 ]
@@ -112,6 +119,113 @@ def make_fakeworld_mini(
     n_frames = check_scalar(n_frames, "n_frames", Interval("int", 2, None))
     rng = check_rng(random_state, "random_state")
     return [Instance(**f) for f in make_instances(n, rng, p_synthetic, p_streaming, n_frames)]
+
+
+_AXIS_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "auroc")
+
+
+def axis_metrics(
+    y_true: Any,
+    y_pred: Any,
+    scores: Any = None,
+    *,
+    metrics: Sequence[str] = _AXIS_METRICS,
+    n_bootstrap: int = 1000,
+    strata: Any = None,
+    confidence: float = 0.95,
+    random_state: Any = 0,
+) -> dict[str, tuple[float, float, float]]:
+    """Array-level metrics of one axis with stratified percentile bootstrap intervals.
+
+    The kernel behind :class:`TwoAxisEvaluator`, for predictions that are already arrays.
+    ``accuracy``, ``balanced_accuracy`` (mean recall over classes present in ``y_true``) and
+    ``macro_f1`` (mean F1 over classes present in ``y_true`` or ``y_pred``) follow
+    scikit-learn; a prediction equal to ``n_classes = y_true.max() + 1`` or more is a parse
+    failure (never right, not a class). ``auroc`` (binary ``y_true`` only, needs ``scores``)
+    is the Mann-Whitney statistic with ties counted 1/2. Each bootstrap replicate resamples
+    the instances with replacement within each stratum; all metrics share the replicates.
+
+    Parameters
+    ----------
+    y_true : array-like of int, shape (n,)
+        Class codes 0..K-1.
+    y_pred : array-like of int, shape (n,)
+        Predicted codes; values >= K count as failures.
+    scores : array-like of float, shape (n,), optional
+        Scores of class 1 (for ``auroc``).
+    metrics : sequence of str, default=("accuracy", "balanced_accuracy", "macro_f1", "auroc")
+        ``auroc`` is skipped when ``scores`` is None.
+    n_bootstrap : int >= 0, default=1000
+    strata : array-like of int, shape (n,), optional
+        Resampling strata (default: one stratum).
+    confidence : float in (0, 1), default=0.95
+    random_state : int, Generator or None, default=0
+
+    Returns
+    -------
+    result : dict of str to (point, low, high)
+        NaN bounds when ``n_bootstrap`` is 0.
+
+    Examples
+    --------
+    >>> out = axis_metrics([0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 2, 0], n_bootstrap=200)
+    >>> round(out["accuracy"][0], 3), round(out["macro_f1"][0], 3)
+    (0.667, 0.656)
+    >>> out["accuracy"][1] <= out["accuracy"][0] <= out["accuracy"][2]
+    True
+    """
+    from rml_fast._validation import check_array
+
+    yt = check_array(y_true, "y_true", dtypes=(np.int64,), ndim=1)
+    yp = check_array(y_pred, "y_pred", dtypes=(np.int64,), ndim=1)
+    if yt.shape != yp.shape:
+        raise ValueError(f"y_pred must have the shape of y_true {yt.shape}, got {yp.shape}")
+    if yt.size == 0 or yt.min() < 0 or yp.min() < 0:
+        raise ValueError("y_true and y_pred must be non-empty non-negative class codes")
+    k = int(yt.max()) + 1
+    yp = np.minimum(yp, k)
+    bad = [m for m in metrics if m not in _AXIS_METRICS]
+    if bad:
+        raise ValueError(f"metrics must be among {_AXIS_METRICS}, got {bad}")
+    s = None
+    if scores is not None:
+        s = check_array(scores, "scores", ndim=1)
+        if s.shape != yt.shape:
+            raise ValueError(f"scores must have the shape of y_true {yt.shape}, got {s.shape}")
+        if k > 2:
+            raise ValueError("auroc needs a binary y_true (codes 0/1)")
+    st = np.zeros(yt.size, np.int64) if strata is None else check_array(
+        strata, "strata", dtypes=(np.int64,), ndim=1)
+    if st.shape != yt.shape:
+        raise ValueError(f"strata must have the shape of y_true {yt.shape}, got {st.shape}")
+    n_bootstrap = check_scalar(n_bootstrap, "n_bootstrap", Interval("int", 0, None))
+    confidence = check_scalar(confidence, "confidence", Interval("real", 0, 1, "neither"))
+    rng = check_rng(random_state, "random_state")
+    names = [m for m in metrics if m != "auroc" or s is not None]
+
+    def stats(idx: np.ndarray) -> dict[str, np.ndarray]:
+        out = {}
+        if any(m != "auroc" for m in names):
+            out = fm.from_confusion(fm.confusion_counts(yt, yp, k, idx))
+        if s is not None and "auroc" in names:
+            out["auroc"] = fm.auroc_rows(yt, s, idx)
+        return out
+
+    point = stats(np.arange(yt.size, dtype=np.int64)[None, :])
+    reps: dict[str, list[np.ndarray]] = {m: [] for m in names}
+    for idx in fm.resample_chunks(st, n_bootstrap, rng) if n_bootstrap else ():
+        r = stats(idx)
+        for m in names:
+            reps[m].append(r[m])
+    alpha = 100 * (1 - confidence) / 2
+    result = {}
+    for m in names:
+        r = np.concatenate(reps[m]) if reps[m] else np.array([])
+        r = r[~np.isnan(r)]
+        lo, hi = ((float(np.percentile(r, alpha)), float(np.percentile(r, 100 - alpha)))
+                  if r.size else (math.nan, math.nan))
+        result[m] = (float(point[m][0]), lo, hi)
+    return result
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
@@ -353,7 +467,7 @@ class TwoAxisEvaluator:
         done: dict[str, Any] = {}
         fh = None
         if journal is not None:
-            done, fh = _open_journal(journal, ids, resume)
+            done, fh = open_journal(journal, ids, resume)
         todo = [inst for inst in instances if inst.id not in done]
         bar = None
         if progress:
@@ -370,12 +484,12 @@ class TwoAxisEvaluator:
                                          f"predictions for {len(chunk)} instances")
                 else:
                     outs = [detector(inst) for inst in chunk]
-                outs = [_to_record(o) for o in outs]
+                outs = [to_record(o) for o in outs]
                 for inst, o in zip(chunk, outs, strict=True):
                     done[inst.id] = o
                 if fh is not None:
                     for inst, o in zip(chunk, outs, strict=True):
-                        fh.write(json.dumps({"id": inst.id, "out": o}, default=_json) + "\n")
+                        fh.write(json.dumps({"id": inst.id, "out": o}, default=json_default) + "\n")
                     fh.flush()
                 if bar is not None:
                     bar.update(len(chunk))
@@ -384,7 +498,7 @@ class TwoAxisEvaluator:
                 fh.close()
             if bar is not None:
                 bar.close()
-        return self.score(instances, [_from_record(done[i]) for i in ids])
+        return self.score(instances, [from_record(done[i]) for i in ids])
 
     # ------------------------------------------------------------------ metrics
 
@@ -461,70 +575,3 @@ def _check_instances(instances: Sequence[Instance]) -> list[Instance]:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"instances must have unique ids; {dup!r} appears more than once")
     return list(instances)
-
-
-def _json(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, tuple):
-        return list(o)
-    raise TypeError(f"cannot store {type(o).__name__} in the journal")
-
-
-def _to_record(o: Any) -> Any:
-    if isinstance(o, Prediction):
-        return {"kind": "prediction", **{k: getattr(o, k) for k in
-                                         ("media", "content", "fake", "rationale", "evidence")}}
-    if o is None or isinstance(o, (str, dict)):
-        return o
-    raise TypeError(f"detector must return a Prediction, dict, str or None, got {type(o).__name__}")
-
-
-def _from_record(o: Any) -> Any:
-    if isinstance(o, dict) and o.get("kind") == "prediction":
-        fields = {k: v for k, v in o.items() if k != "kind"}
-        fields["evidence"] = tuple(_tuplify(e) for e in fields["evidence"])
-        return Prediction(**fields)
-    return o
-
-
-def _tuplify(e: Any) -> Any:
-    if isinstance(e, dict):
-        return {k: tuple(v) if isinstance(v, list) else v for k, v in e.items()}
-    return e
-
-
-def _open_journal(path: Any, ids: list[str], resume: bool) -> tuple[dict[str, Any], Any]:
-    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
-    header = {"kind": "fakeworld-journal", "n": len(ids), "ids_sha256": digest}
-    done: dict[str, Any] = {}
-    if resume and os.path.exists(path) and os.path.getsize(path) > 0:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-        try:
-            head = json.loads(lines[0])
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"journal {os.fspath(path)!r} has no valid header") from exc
-        diff = [k for k in header if head.get(k) != header[k]]
-        if diff:
-            raise ValueError(f"journal {os.fspath(path)!r} belongs to other instances (differs "
-                             f"in {diff}); pass resume=False or another journal path")
-        known = set(ids)
-        for line in lines[1:]:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # an empty or half-written last line of an interrupted run
-            if rec.get("id") in known:
-                done[rec["id"]] = rec["out"]
-        fh = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        if lines and lines[-1] != "":
-            fh.write("\n")
-        return done, fh
-    fh = open(path, "w", encoding="utf-8")  # noqa: SIM115
-    fh.write(json.dumps(header) + "\n")
-    fh.flush()
-    return done, fh
-

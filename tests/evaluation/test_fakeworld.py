@@ -29,6 +29,7 @@ from rml_fast.evaluation.fakeworld import (
     PixelStatsDetector,
     Prediction,
     TwoAxisEvaluator,
+    axis_metrics,
     make_fakeworld_mini,
     parse_prediction,
 )
@@ -372,3 +373,22 @@ def test_reference_pipeline_beats_constant():
     hard = OmniChecker(agent.authenticity, chk.consistency, chk.factcheck)
     p = hard(test[0])
     assert isinstance(p.content, str) and isinstance(p.fake, bool)
+
+
+def test_axis_metrics_arrays():
+    rng = np.random.default_rng(4)
+    yt = rng.integers(0, 3, 500)
+    yp = np.where(rng.random(500) < 0.6, yt, rng.integers(0, 3, 500))
+    out = axis_metrics(yt, yp, n_bootstrap=0)
+    assert out["accuracy"][0] == pytest.approx(accuracy_score(yt, yp))
+    assert out["balanced_accuracy"][0] == pytest.approx(balanced_accuracy_score(yt, yp))
+    assert out["macro_f1"][0] == pytest.approx(f1_score(yt, yp, average="macro"))
+    assert np.isnan(out["accuracy"][1]) and "auroc" not in out
+    yb, s = (yt > 0).astype(int), rng.random(500) + 0.3 * (yt > 0)
+    res = axis_metrics(yb, (s > 0.6).astype(int), s, n_bootstrap=300, strata=yb)
+    assert res["auroc"][0] == pytest.approx(roc_auc_score(yb, s))
+    assert res["auroc"][1] < res["auroc"][0] < res["auroc"][2]
+    with pytest.raises(ValueError, match=r"y_pred must have the shape of y_true \(500,\)"):
+        axis_metrics(yt, yp[:10])
+    with pytest.raises(ValueError, match="auroc needs a binary y_true"):
+        axis_metrics(yt, yp, s)
