@@ -24,7 +24,9 @@ from rml_fast.audit.interventional import (
     insertion_curve,
     kernel_sampling,
     make_object_scene,
+    make_toy_lung_dataset,
     permutation_sampling,
+    toy_lung_scene,
 )
 
 __all__ = [
@@ -42,5 +44,7 @@ __all__ = [
     "insertion_curve",
     "kernel_sampling",
     "make_object_scene",
+    "make_toy_lung_dataset",
     "permutation_sampling",
+    "toy_lung_scene",
 ]

@@ -394,3 +394,113 @@ class FeatureGroupGenerator:
             row = np.random.default_rng(seed).integers(0, self.background.shape[0])
             fill = np.broadcast_to(self.background[row], feat_keep.shape)
         return np.where(feat_keep, x[None, :], fill)
+
+
+def _lung_background(size: int, gen: np.random.Generator,
+                     count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Body + dark lung ellipse + 3x3-box-smoothed noise; (size, size) or (count, size, size)."""
+    rows, cols = np.indices((size, size))
+    c = (size - 1) / 2
+    lung = ((rows - c) / (0.42 * size)) ** 2 + ((cols - c) / (0.32 * size)) ** 2 <= 1.0
+    shape = (1 if count is None else count, size, size)
+    noise = np.pad(gen.standard_normal(shape), ((0, 0), (1, 1), (1, 1)))
+    smooth = sum(noise[:, i:i + size, j:j + size] for i in range(3) for j in range(3)) / 9.0
+    bg = 0.6 - 0.4 * lung + 0.05 * smooth
+    return (bg[0] if count is None else bg), lung
+
+
+def toy_lung_scene(*, size: int = 32, malignant: bool = True, artifact: bool = True,
+                   rng=None) -> ObjectScene:
+    """One toy "lung" scene whose objects are a nodule (player 0) and an artifact (player 1).
+
+    The lung is a dark ellipse on a brighter body with smooth noise; the nodule is a disc inside
+    the lung (radius 3.5 px if ``malignant`` else 1.5 px, amplitude 0.5); the artifact is a
+    bright 3x3 square (amplitude 0.8, an "electrode") at the lung's edge. Same generative
+    model as :func:`make_toy_lung_dataset`.
+
+    Parameters
+    ----------
+    size : int, default=32
+    malignant : bool, default=True
+    artifact : bool, default=True
+        Include the artifact object (else the scene has one object).
+    rng : numpy Generator, int or None
+
+    Returns
+    -------
+    ObjectScene
+
+    Examples
+    --------
+    >>> toy_lung_scene(rng=0).masks.shape
+    (2, 32, 32)
+    """
+    size = check_scalar(size, "size", Interval("int", 16, None))
+    gen = check_rng(rng)
+    bg, lung = _lung_background(size, gen)
+    masks, amps, centers = _lung_objects(size, lung, malignant, artifact, gen)
+    return ObjectScene(bg, masks, amps, centers)
+
+
+def _lung_objects(size: int, lung: np.ndarray, malignant: bool, artifact: bool,
+                  gen: np.random.Generator):
+    rows, cols = np.indices((size, size))
+    c = (size - 1) / 2
+    radius = 3.5 if malignant else 1.5
+    ang = gen.uniform(0, 2 * np.pi)
+    rad = gen.uniform(0.0, 0.45)
+    center = np.array([c + rad * 0.42 * size * np.sin(ang), c + rad * 0.32 * size * np.cos(ang)])
+    nod = (rows - center[0]) ** 2 + (cols - center[1]) ** 2 <= radius**2
+    masks, amps, centers = [nod], [0.5], [center]
+    if artifact:
+        side = gen.choice([-1, 1])
+        r0 = int(np.rint(c + gen.uniform(-0.2, 0.2) * size))
+        c0 = int(np.rint(c + side * 0.36 * size))
+        sq = np.zeros((size, size), dtype=bool)
+        sq[r0 - 1:r0 + 2, c0 - 1:c0 + 2] = True
+        sq &= ~nod
+        masks.append(sq)
+        amps.append(0.8)
+        centers.append(np.array([r0, c0], dtype=np.float64))
+    return np.stack(masks), np.array(amps), np.stack(centers)
+
+
+def make_toy_lung_dataset(n_samples: int = 1000, *, size: int = 32,
+                          spurious_artifact_corr: float = 0.8, rng=None) -> dict:
+    """Toy "lung" images whose label comes from the nodule only, with a spurious artifact.
+
+    Label ``y ~ Bernoulli(1/2)``; the nodule is malignant-sized iff ``y = 1``; the artifact is
+    present with probability ``(1 + c)/2`` when ``y = 1`` and ``(1 - c)/2`` when ``y = 0``,
+    ``c = spurious_artifact_corr`` (``c = 0``: independent of the label). A model trained on it
+    may learn the artifact as a shortcut; S(H)NAP's artifact main effect exposes it.
+
+    Parameters
+    ----------
+    n_samples : int, default=1000
+    size : int, default=32
+    spurious_artifact_corr : float in [0, 1], default=0.8
+    rng : numpy Generator, int or None
+
+    Returns
+    -------
+    dict
+        ``images`` (n, size, size) float64, ``labels`` (n,) int64, ``artifact`` (n,) bool.
+
+    Examples
+    --------
+    >>> data = make_toy_lung_dataset(20, rng=0)
+    >>> data["images"].shape, data["labels"].shape
+    ((20, 32, 32), (20,))
+    """
+    n = check_scalar(n_samples, "n_samples", Interval("int", 1, None))
+    size = check_scalar(size, "size", Interval("int", 16, None))
+    corr = check_scalar(spurious_artifact_corr, "spurious_artifact_corr",
+                        Interval("real", 0.0, 1.0))
+    gen = check_rng(rng)
+    labels = gen.integers(0, 2, n)
+    art = gen.random(n) < np.where(labels == 1, (1 + corr) / 2, (1 - corr) / 2)
+    images, lung = _lung_background(size, gen, n)
+    for k in range(n):
+        masks, amps, _ = _lung_objects(size, lung, bool(labels[k]), bool(art[k]), gen)
+        images[k] += np.tensordot(amps, masks.astype(np.float64), axes=1)
+    return {"images": images, "labels": labels.astype(np.int64), "artifact": art}

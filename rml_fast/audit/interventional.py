@@ -55,6 +55,8 @@ from rml_fast.audit._interventional_toy import (
     OracleSceneGenerator,
     ToyRiskModel,
     make_object_scene,
+    make_toy_lung_dataset,
+    toy_lung_scene,
 )
 from rml_fast.fairness.compatibility import moebius_transform
 
@@ -74,8 +76,10 @@ __all__ = [
     "insertion_curve",
     "kernel_sampling",
     "make_object_scene",
+    "make_toy_lung_dataset",
     "moebius_transform",
     "permutation_sampling",
+    "toy_lung_scene",
 ]
 
 #: pairwise interaction indices; the first-order values reported with each
