@@ -811,8 +811,7 @@ class GenerativeInterventionalAttribution:
         array([1.5, 1.5])
         """
         _check_index(self.index)
-        n = check_scalar(n_players, "n_players", Interval("int", 1, MAX_EXACT_PLAYERS if
-                                                          self.approximator == "exact" else 62))
+        n = check_scalar(n_players, "n_players", Interval("int", 1, 62))
         r = check_scalar(self.n_seeds, "n_seeds", Interval("int", 1, None))
         check_scalar(self.batch_size, "batch_size", Interval("int", 1, None))
         check_scalar(self.max_exact_players, "max_exact_players",

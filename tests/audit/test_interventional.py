@@ -397,3 +397,36 @@ def test_spurious_artifact_shows_as_artifact_main_effect():
     assert effects[0.9][:, 1].mean() > 0.6
     assert np.abs(effects[0.0][:, 1]).mean() < 0.35
     assert effects[0.9][:, 1].mean() > 3 * np.abs(effects[0.0][:, 1]).mean()
+
+
+@pytest.mark.parametrize("index", ["BII", "STII", "Moebius", "FSII"])
+def test_estimator_index_option_equals_table_computation(index):
+    scene, _, _, f = _toy()
+    gen = InpaintingGenerator(scene.masks, noise=0.05)
+    audit = GenerativeInterventionalAttribution(f, gen, index=index, n_seeds=2,
+                                                random_state=1).fit(scene.image, 6)
+    ref = exact_attribution(audit.values_, index)
+    np.testing.assert_allclose(audit.interactions_, ref.interactions, atol=1e-12)
+    np.testing.assert_allclose(audit.first_order_, ref.first_order, atol=1e-12)
+    np.testing.assert_allclose(audit.shapley_values_, exact_attribution(audit.values_).values,
+                               atol=1e-12)
+    lo, hi = audit.ci_["interactions"]
+    assert lo.shape == hi.shape == (6, 6) and np.all(lo <= hi)
+
+
+def test_auto_switches_to_kernel_sampling_for_many_players():
+    n = 30
+    w = np.linspace(-1.0, 1.0, n)
+    x = np.ones(n)
+    gen = FeatureGroupGenerator([[j] for j in range(n)], np.zeros((1, n)))
+    audit = GenerativeInterventionalAttribution(lambda b: b @ w + 2.0 * b[:, 3] * b[:, 7],
+                                                gen, progress=True, batch_size=512)
+    audit.fit(x, n)
+    assert audit.mode_ == "kernel" and audit.n_evaluations_ <= 2048
+    want = np.zeros((n, n))
+    want[3, 7] = want[7, 3] = 2.0
+    np.testing.assert_allclose(audit.interactions_, want, atol=1e-8)  # order-2 game: exact
+    np.testing.assert_allclose(audit.beta_, w, atol=1e-8)
+    assert audit.r2_ == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="too large"):
+        GenerativeInterventionalAttribution(lambda b: b @ w, gen, approximator="exact").fit(x, n)
