@@ -436,8 +436,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         self.converged_ = adam.run_epochs(
             state, Xt, n_epochs=int(self.max_epochs), batch_size=int(self.batch_size),
             tol=float(self.tol), keep_best=bool(self.keep_best), progress=bool(self.progress))
-        assert state.best is not None
-        self.means_, self.loadings_, self.psi_, self.weights_ = state.best
+        best = state.best if state.best is not None else state.numpy_params()
+        self.means_, self.loadings_, self.psi_, self.weights_ = best
         self.weights_ = self.weights_ / self.weights_.sum()
         self.n_iter_ = state.epoch
         self.loglik_history_ = [-v for v in state.history]
