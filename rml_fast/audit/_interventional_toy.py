@@ -176,6 +176,7 @@ class OracleSceneGenerator:
 
     def __init__(self, scene: ObjectScene) -> None:
         self.scene = scene
+        self.n_players = scene.n_objects
 
     def __call__(self, x: np.ndarray, keep: np.ndarray, seed: int) -> np.ndarray:
         """Render the scene for each coalition row of ``keep`` ``(B, n)``; returns ``(B, H, W)``.
@@ -218,6 +219,7 @@ class InpaintingGenerator:
         self.masks = check_array(masks, "masks", dtypes=(np.bool_,), ndim=3)
         self.noise = check_scalar(noise, "noise", Interval("real", 0.0, None))
         self.ring = check_scalar(ring, "ring", Interval("int", 1, None))
+        self.n_players = int(self.masks.shape[0])
         union = self.masks.any(axis=0)
         rings = []
         for m in self.masks:
@@ -366,6 +368,7 @@ class FeatureGroupGenerator:
                                  f"in [0, {d}), got {list(g)!r}")
             seen.update(idx)
             self.groups.append(idx)
+        self.n_players = len(self.groups)
         self._owner = np.full(d, -1)
         for p, g in enumerate(self.groups):
             self._owner[g] = p

@@ -299,7 +299,9 @@ class InterventionGame:
         ``risk_fn(batch) -> (B,)`` (or ``(B, 1)``) finite scores for a batch of inputs.
     generator : callable or object with ``remove``
         ``generator(x, keep, seed)`` with ``keep`` bool of shape ``(B, n)``; returns a batch of
-        ``B`` intervened inputs (anything ``risk_fn`` accepts whose ``len`` is ``B``).
+        ``B`` intervened inputs (anything ``risk_fn`` accepts whose ``len`` is ``B``). A
+        generator with an ``n_players`` attribute (the classes of this module) is checked
+        against ``n_players``.
     x : any
         The input being explained (passed to the generator unchanged).
     n_players : int
@@ -325,6 +327,10 @@ class InterventionGame:
             _generate(generator, x, np.zeros((0, 0), bool), 0)
         self.risk_fn, self.generator, self.x = risk_fn, generator, x
         self.n_players = check_scalar(n_players, "n_players", Interval("int", 1, None))
+        declared = getattr(generator, "n_players", None)
+        if declared is not None and declared != self.n_players:
+            raise ValueError(f"n_players={self.n_players} does not match the generator, which "
+                             f"has {declared} objects (masks / groups)")
         self.seeds = [int(s) for s in seeds]
         if not self.seeds:
             raise ValueError("seeds must hold at least one seed")

@@ -334,6 +334,9 @@ def test_bad_input_raises_clear_errors():
         game(np.ones((3, 5), dtype=bool))
     with pytest.raises(ValueError, match="keep must be a boolean"):
         game(np.ones((3, 6)))
+    with pytest.raises(ValueError, match="does not match the generator, which has 6 objects"):
+        GenerativeInterventionalAttribution(f, InpaintingGenerator(scene.masks)).fit(
+            scene.image, 5)
     with pytest.raises(ValueError, match="too large for approximator='exact'"):
         GenerativeInterventionalAttribution(f, good, approximator="exact").fit(scene.image, 20)
     with pytest.raises(ValueError, match="too large for exact enumeration"):
