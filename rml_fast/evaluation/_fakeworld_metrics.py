@@ -12,7 +12,7 @@ bootstrap replicate go through the same code. Conventions follow scikit-learn:
 
 Bootstrap draws (documented so that a brute-force loop can reproduce them): resamples come in
 chunks of ``_CHUNK`` rows; within a chunk, for each stratum in ascending code order, one call
-``rng.integers(0, n_s, size=(rows, n_s))`` picks members of that stratum (members listed in
+``rng.integers(0, n_s, size=(rows, n_s), dtype=np.int32)`` picks members of that stratum (members listed in
 ascending instance order); the columns of all strata are concatenated.
 """
 
@@ -35,14 +35,15 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 def resample_chunks(
     strata: np.ndarray, n_bootstrap: int, rng: np.random.Generator
 ) -> Iterator[np.ndarray]:
-    """Yield int64 index arrays of shape (rows, n), rows <= _CHUNK, n_bootstrap rows in all."""
+    """Yield int32 index arrays of shape (rows, n), rows <= _CHUNK, n_bootstrap rows in all."""
     strata = np.asarray(strata)
     codes = np.unique(strata)
-    members = [np.flatnonzero(strata == c) for c in codes]
+    members = [np.flatnonzero(strata == c).astype(np.int32) for c in codes]
     done = 0
     while done < n_bootstrap:
         rows = min(_CHUNK, n_bootstrap - done)
-        parts = [m[rng.integers(0, m.size, size=(rows, m.size))] for m in members]
+        parts = [m[rng.integers(0, m.size, size=(rows, m.size), dtype=np.int32)]
+                 for m in members]
         yield np.concatenate(parts, axis=1)
         done += rows
 
@@ -56,10 +57,8 @@ def confusion_counts(
     """Counts of shape (rows, n_classes, n_classes + 1) for each row of ``idx``."""
     kp = n_classes + 1
     codes = y_true.astype(np.int64) * kp + y_pred.astype(np.int64)
-    rows = idx.shape[0]
-    flat = (np.arange(rows, dtype=np.int64)[:, None] * (n_classes * kp) + codes[idx]).ravel()
-    counts = np.bincount(flat, minlength=rows * n_classes * kp)
-    return counts.reshape(rows, n_classes, kp).astype(np.float64)
+    counts = _row_counts(idx, codes, n_classes * kp)
+    return counts.reshape(idx.shape[0], n_classes, kp)
 
 
 def from_confusion(cm: np.ndarray) -> dict[str, np.ndarray]:
@@ -95,13 +94,9 @@ def auroc_rows(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """
     _, g = np.unique(s, return_inverse=True)
     n_g = int(g.max()) + 1 if g.size else 0
-    rows = idx.shape[0]
-    y = y.astype(bool)
-    off = np.arange(rows, dtype=np.int64)[:, None] * n_g
-    gi = g[idx] + off
-    yi = y[idx]
-    pos = np.bincount(gi[yi], minlength=rows * n_g).reshape(rows, n_g).astype(np.float64)
-    neg = np.bincount(gi[~yi], minlength=rows * n_g).reshape(rows, n_g).astype(np.float64)
+    both = _row_counts(idx, 2 * g.astype(np.int64) + (y > 0), 2 * n_g)
+    both = both.reshape(idx.shape[0], n_g, 2)
+    neg, pos = both[:, :, 0], both[:, :, 1]
     neg_below = np.cumsum(neg, axis=1) - neg
     p_tot = pos.sum(axis=1)
     n_tot = neg.sum(axis=1)
@@ -129,11 +124,50 @@ def ece_rows(conf: np.ndarray, correct: np.ndarray, n_bins: int, idx: np.ndarray
     """Expected calibration error sum_b |sum_{i in b} (conf_i - correct_i)| / n per resample,
     equal-width bins on [0, 1] (the top bin closed)."""
     b = np.minimum((conf * n_bins).astype(np.int64), n_bins - 1)
-    rows = idx.shape[0]
-    gi = (b[idx] + np.arange(rows, dtype=np.int64)[:, None] * n_bins).ravel()
-    diff = (conf - correct.astype(np.float64))[idx].ravel()
-    sums = np.bincount(gi, weights=diff, minlength=rows * n_bins).reshape(rows, n_bins)
-    return np.abs(sums).sum(axis=1) / idx.shape[1]
+    diff = conf - correct.astype(np.float64)
+    return np.abs(_row_sums(idx, b, diff, n_bins)).sum(axis=1) / idx.shape[1]
+
+
+def mean_rows(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Mean of ``values`` over each resample."""
+    z = np.zeros(values.shape[0], np.int64)
+    return _row_sums(idx, z, values.astype(np.float64), 1)[:, 0] / idx.shape[1]
+
+
+def row_counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """Multiplicity of each instance 0..n-1 in each resample, shape (rows, n), float64."""
+    return _row_counts(idx, np.arange(n, dtype=np.int64), n)
+
+
+@numba.njit(cache=True)
+def _row_counts_kernel(idx, codes, n_codes):  # pragma: no cover - compiled
+    out = np.zeros((idx.shape[0], n_codes), np.float64)
+    for r in range(idx.shape[0]):
+        for j in range(idx.shape[1]):
+            out[r, codes[idx[r, j]]] += 1.0
+    return out
+
+
+@numba.njit(cache=True)
+def _row_sums_kernel(idx, codes, values, n_codes):  # pragma: no cover - compiled
+    out = np.zeros((idx.shape[0], n_codes), np.float64)
+    for r in range(idx.shape[0]):
+        for j in range(idx.shape[1]):
+            i = idx[r, j]
+            out[r, codes[i]] += values[i]
+    return out
+
+
+def _row_counts(idx: np.ndarray, codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """counts[r, c] = #{j : codes[idx[r, j]] == c} (one pass, no index copies)."""
+    return _row_counts_kernel(np.ascontiguousarray(idx), np.ascontiguousarray(codes, np.int64),
+                              n_codes)
+
+
+def _row_sums(idx: np.ndarray, codes: np.ndarray, values: np.ndarray, n_codes: int) -> np.ndarray:
+    """sums[r, c] = sum of values[i] over resampled i with codes[i] == c."""
+    return _row_sums_kernel(np.ascontiguousarray(idx), np.ascontiguousarray(codes, np.int64),
+                            np.ascontiguousarray(values, np.float64), n_codes)
 
 
 # --------------------------------------------------------------------------- rationale overlap

@@ -195,13 +195,10 @@ def _eval(spec: tuple, idx: np.ndarray, bins: int, n: int) -> np.ndarray:
     if kind == "ece":
         return fm.ece_rows(spec[1], spec[2], bins, idx)
     if kind == "mean":
-        return spec[1][idx].mean(axis=1)
+        return fm.mean_rows(spec[1], idx)
     # mean over the instances listed in spec[1] (with multiplicity in the resample)
     _, who, vals = spec
-    rows = idx.shape[0]
-    flat = (idx + np.arange(rows, dtype=np.int64)[:, None] * n).ravel()
-    counts = np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(np.float64)
-    w = counts[:, who]
+    w = fm.row_counts(idx, n)[:, who]
     tot = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(tot > 0, (w * vals).sum(axis=1) / np.where(tot > 0, tot, 1), np.nan)

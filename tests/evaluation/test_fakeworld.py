@@ -160,7 +160,7 @@ def _brute_ci(data, preds, metric, stratify, B, seed, conf=0.95):
     done = 0
     while done < B:  # the documented draw order: chunks of 64, strata in ascending order
         rows = min(64, B - done)
-        idx = np.concatenate([mm[rng.integers(0, mm.size, size=(rows, mm.size))]
+        idx = np.concatenate([mm[rng.integers(0, mm.size, size=(rows, mm.size), dtype=np.int32)]
                               for mm in members], axis=1)
         for r in idx:
             stats.append(metric(y_syn[r], h[r], s_syn[r], yt[r], yp[r]))
