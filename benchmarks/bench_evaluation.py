@@ -1,4 +1,5 @@
-"""LLM-evaluation methods: the graded response model vs girth, LinUCB vs mabwiser.
+"""LLM-evaluation methods: the graded response model vs girth, LinUCB vs mabwiser, CYBERTEAM's
+CVSS calculator, IOC extraction and workflow engine vs cvss, iocextract and graphlib.
 
 Cases (one group per family; ``GROUPS`` lists them, each a (cases, body) pair):
 
@@ -15,10 +16,18 @@ Cases (one group per family; ``GROUPS`` lists them, each a (cases, body) pair):
   ``predict``); ``batch``: all updates in one call, then select on 100 contexts (mabwiser:
   ``fit`` then ``predict``). Each timed call starts from a fresh bandit; before timing, both
   sides' final UCB values are checked to agree (1e-8). ``--quick``: 200 / 2000 steps.
+* ``cyberteam``: ``cvss31``: :func:`rml_fast.evaluation.cyberteam.cvss31_base_scores` on
+  10^5 v3.1 base vectors (quick: 10^4) vs a loop of RedHat's ``cvss`` (``CVSS3(v).scores()``),
+  checked to agree first; ``rex``: :func:`rex_extract` over a synthetic 200 kB report corpus
+  (quick: 20 kB; iocextract's regexes take minutes per MB) vs ``iocextract``; ``engine``: a 30-task random DAG of no-op modules through
+  :meth:`Workflow.run` vs a bare ``graphlib`` loop (the floor of any executor; the ratio is
+  expected below 1: ours builds contexts, merges outputs and scores).
 """
 
 from __future__ import annotations
 
+import graphlib
+import itertools
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +36,12 @@ import numpy as np
 
 from rml_fast.benchmarking import Suite, import_skip_reason, missing_peer
 from rml_fast.evaluation.bite import LinUCB
+from rml_fast.evaluation.cyberteam import (
+    TaskSpec,
+    Workflow,
+    cvss31_base_scores,
+    rex_extract,
+)
 from rml_fast.evaluation.irt import GradedResponseModel, _reference_loglik
 
 SUITE = "evaluation"
@@ -158,9 +173,121 @@ def _linucb_cases(quick: bool) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- the suite
 
 #: (cases(quick) -> list of case dicts, body(suite, case)) per family; add a family here.
+# --------------------------------------------------------------------------- CYBERTEAM
+
+CYBERTEAM_CASES = [
+    {"method": "cyberteam", "op": "cvss31", "n": 100_000},
+    {"method": "cyberteam", "op": "rex", "mb": 0.2},
+    {"method": "cyberteam", "op": "engine", "tasks": 30},
+]
+CYBERTEAM_QUICK_CASES = [
+    {"method": "cyberteam", "op": "cvss31", "n": 10_000},
+    {"method": "cyberteam", "op": "rex", "mb": 0.02},
+    {"method": "cyberteam", "op": "engine", "tasks": 30},
+]
+
+
+def _cvss31_vectors(n: int, seed: int = 0) -> list[str]:
+    allv = ["CVSS:3.1/AV:{}/AC:{}/PR:{}/UI:{}/S:{}/C:{}/I:{}/A:{}".format(*t)
+            for t in itertools.product("NALP", "LH", "NLH", "NR", "UC", "HLN", "HLN", "HLN")]
+    idx = np.random.default_rng(seed).integers(0, len(allv), n)
+    return [allv[i] for i in idx]
+
+
+def _report_corpus(mb: float, seed: int = 0) -> str:
+    rng = np.random.default_rng(seed)
+    filler = ["the", "actor", "moved", "laterally", "and", "staged", "data", "before",
+              "exfiltration", "while", "the", "defenders", "reviewed", "logs"]
+    parts: list[str] = []
+    size = 0
+    while size < mb * 1_000_000:
+        kind = rng.integers(0, 6)
+        if kind == 0:
+            ioc = ".".join(str(x) for x in rng.integers(1, 255, 4))
+        elif kind == 1:
+            ioc = f"host{rng.integers(10**6)}.example-{rng.integers(100)}.com"
+        elif kind == 2:
+            ioc = f"https://cdn{rng.integers(1000)}.bad-site.net/p/{rng.integers(10**6)}.php"
+        elif kind == 3:
+            ioc = f"user{rng.integers(10**5)}@mail.evil.org"
+        elif kind == 4:
+            ioc = "".join(rng.choice(list("0123456789abcdef"), 64))
+        else:
+            ioc = f"CVE-20{rng.integers(10, 25)}-{rng.integers(1000, 99999)}"
+        words = list(rng.choice(filler, 12))
+        s = " ".join(words[:6]) + f" {ioc} " + " ".join(words[6:]) + ". "
+        parts.append(s)
+        size += len(s)
+    return "".join(parts)
+
+
+def _random_workflow(n: int, p: float = 0.15, seed: int = 0) -> Workflow:
+    rng = np.random.default_rng(seed)
+    tasks = [TaskSpec(f"t{i}", "behavior", modules=("NOP",),
+                      depends_on=tuple(f"t{j}" for j in range(i) if rng.random() < p))
+             for i in range(n)]
+    return Workflow(tasks, stages=None)
+
+
+def _nop(ctx: Any) -> dict:
+    return {}
+
+
+def cyberteam_body(suite: Suite, case: dict[str, Any]) -> None:
+    op = case["op"]
+    if op == "cvss31":
+        reason = missing_peer("cvss")
+        if reason:
+            suite.skip(case, peer_name="cvss.CVSS3 loop", reason=reason)
+            return
+        from cvss import CVSS3
+
+        vecs = _cvss31_vectors(case["n"])
+        ours_chk = cvss31_base_scores(vecs[:2000])
+        peer_chk = np.array([float(CVSS3(v).scores()[0]) for v in vecs[:2000]])
+        np.testing.assert_array_equal(ours_chk, peer_chk)
+        suite.compare(case, lambda: cvss31_base_scores(vecs),
+                      lambda: [CVSS3(v).scores()[0] for v in vecs],
+                      peer_name="cvss.CVSS3 loop", memory=False,
+                      note="both exact; checked equal on 2000 vectors")
+    elif op == "rex":
+        reason = missing_peer("iocextract")
+        if reason:
+            suite.skip(case, peer_name="iocextract.extract_iocs", reason=reason)
+            return
+        import iocextract
+
+        text = _report_corpus(case["mb"])
+        suite.compare(case, lambda: rex_extract(text),
+                      lambda: list(iocextract.extract_iocs(text, refang=True)),
+                      peer_name="iocextract.extract_iocs", memory=False,
+                      note="type sets differ slightly (iocextract: no timestamps / CVE ids)")
+    elif op == "engine":
+        wf = _random_workflow(case["tasks"])
+        deps = {n: wf.tasks[n].depends_on for n in wf.tasks}
+        sample = {"id": "s", "text": "x"}
+
+        def peer() -> dict:
+            ts = graphlib.TopologicalSorter(deps)
+            ts.prepare()
+            out: dict = {}
+            while ts.is_active():
+                for n in ts.get_ready():
+                    out[n] = _nop(None)
+                    ts.done(n)
+            return out
+
+        suite.compare(case, lambda: wf.run(sample, modules={"NOP": _nop}), peer,
+                      peer_name="graphlib.TopologicalSorter loop", memory=False,
+                      note="ours also builds contexts, merges outputs, JSON-normalises results")
+    else:  # pragma: no cover
+        raise ValueError(f"unknown cyberteam op {op!r}")
+
+
 GROUPS: list[tuple[Callable[[bool], list[dict[str, Any]]], Callable[[Suite, dict[str, Any]], None]]] = [
     (_grm_cases, _grm_body),
     (_linucb_cases, _linucb_body),
+    (lambda quick: CYBERTEAM_QUICK_CASES if quick else CYBERTEAM_CASES, cyberteam_body),
 ]
 
 
