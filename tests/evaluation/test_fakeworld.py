@@ -392,3 +392,25 @@ def test_axis_metrics_arrays():
         axis_metrics(yt, yp[:10])
     with pytest.raises(ValueError, match="auroc needs a binary y_true"):
         axis_metrics(yt, yp, s)
+
+
+def test_progress_and_batched_detector_give_the_same_report(data):
+    sub = data[:30]
+    ev = TwoAxisEvaluator(n_bootstrap=40)
+    plain = ev.evaluate(OracleDetector(), sub)
+
+    class Batched:
+        def predict_batch(self, chunk):
+            return [OracleDetector()(inst) for inst in chunk]
+
+    other = ev.evaluate(Batched(), sub, batch_size=7, progress=True)
+    assert other.metrics == plain.metrics and other.ci == plain.ci
+
+
+def test_rouge_l_matches_rouge_score_package():
+    rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    data = make_fakeworld_mini(20, random_state=9)
+    for a, b in itertools.pairwise(data):
+        want = scorer.score(b.rationale, a.rationale)["rougeL"].fmeasure
+        assert fm.rouge_l(a.rationale, b.rationale) == pytest.approx(want)
