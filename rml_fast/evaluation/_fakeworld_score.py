@@ -170,8 +170,10 @@ def score_arrays(ev: Any, instances: list[Instance], preds: list[Prediction | No
             ci[name] = ((float(np.percentile(r, alpha)), float(np.percentile(r, 100 - alpha)))
                         if r.size else (math.nan, math.nan))
 
-    confusion = {"quadrant": fm.confusion_counts(q_true, q_pred, 4, full)[0, :, :4]
-                 .astype(np.int64)}
+    confusion: dict[str, np.ndarray] = {}
+    if media_axis and content_axis:
+        confusion["quadrant"] = fm.confusion_counts(q_true, q_pred, 4, full)[0, :, :4] \
+            .astype(np.int64)
     if media_axis:
         confusion["authenticity"] = fm.confusion_counts(y_syn, pred_syn, 2, full)[0, :, :2] \
             .astype(np.int64)

@@ -424,6 +424,7 @@ class TwoAxisEvaluator:
         instances: Sequence[Instance],
         *,
         batch_size: int = 32,
+        n_jobs: int = 1,
         progress: bool = False,
         journal: str | os.PathLike[str] | None = None,
         resume: bool = True,
@@ -439,6 +440,10 @@ class TwoAxisEvaluator:
         instances : sequence of Instance
         batch_size : int >= 1, default=32
             Instances per call of ``predict_batch`` and per journal flush.
+        n_jobs : int >= 1, default=1
+            Threads calling a per-instance detector concurrently within a batch (for detectors
+            that wait on an API); the predictions keep the instance order, so the report does
+            not depend on it.
         progress : bool, default=False
             Show a tqdm bar.
         journal : path or None, default=None
@@ -461,6 +466,7 @@ class TwoAxisEvaluator:
         """
         instances = _check_instances(instances)
         batch_size = check_scalar(batch_size, "batch_size", Interval("int", 1, None))
+        n_jobs = check_scalar(n_jobs, "n_jobs", Interval("int", 1, None))
         if not (callable(detector) or hasattr(detector, "predict_batch")):
             raise TypeError(f"detector must be callable, got {type(detector).__name__}")
         ids = [inst.id for inst in instances]
@@ -482,6 +488,11 @@ class TwoAxisEvaluator:
                     if len(outs) != len(chunk):
                         raise ValueError(f"detector.predict_batch returned {len(outs)} "
                                          f"predictions for {len(chunk)} instances")
+                elif n_jobs > 1:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    with ThreadPoolExecutor(n_jobs) as pool:
+                        outs = list(pool.map(detector, chunk))
                 else:
                     outs = [detector(inst) for inst in chunk]
                 outs = [to_record(o) for o in outs]

@@ -405,6 +405,8 @@ def test_progress_and_batched_detector_give_the_same_report(data):
 
     other = ev.evaluate(Batched(), sub, batch_size=7, progress=True)
     assert other.metrics == plain.metrics and other.ci == plain.ci
+    threaded = ev.evaluate(OracleDetector(), sub, batch_size=8, n_jobs=2)
+    assert threaded.metrics == plain.metrics and threaded.ci == plain.ci
 
 
 def test_rouge_l_matches_rouge_score_package():
