@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -78,7 +79,7 @@ def _std(x: torch.Tensor) -> torch.Tensor:
     return (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
 
 
-def ln_apply(x: torch.Tensor, ln: torch.nn.Module | None, frozen: torch.Tensor | None) -> torch.Tensor:
+def ln_apply(x: torch.Tensor, ln: Any, frozen: torch.Tensor | None) -> torch.Tensor:
     """The model's layer norm, or with its scale frozen at ``frozen`` (``[n, P, 1]``)."""
     if ln is None:
         return x
@@ -92,11 +93,11 @@ def branch(
 ) -> torch.Tensor:
     """Output ``R_s(x)`` of sublayer ``step`` (LN included) for a residual ``x [..., P, D]``."""
     kind, layer = step
-    block = model.blocks[layer]
+    block: Any = model.blocks[layer]
     if kind == "attn":
         xa = ln_apply(x, block.ln1, frozen)
         return attention_heads(xa, xa, xa, block.attn, None, hooked=False).sum(-2) + block.attn.b_O
-    mlp = block.mlp
+    mlp: Any = block.mlp
     xm = ln_apply(x, block.ln2, frozen)
     return activation(xm @ mlp.W_in + mlp.b_in, mlp.act) @ mlp.W_out + mlp.b_out
 
@@ -165,10 +166,19 @@ def pull_back(
     batched: bool,
 ) -> torch.Tensor:
     """``J_f(x0)^T c`` for every ``c`` in ``cotangents [c, *f(x0).shape]`` (one shared forward)."""
-    _, vjp_fn = torch.func.vjp(f, x0)
+    vjp_fn = torch.func.vjp(f, x0)[1]
     if batched:
         return torch.func.vmap(vjp_fn)(cotangents)[0]
     return torch.stack([vjp_fn(c)[0] for c in cotangents])
+
+
+def _branch_fn(
+    model: TinyTransformer, step: Step, frozen: torch.Tensor | None
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return branch(model, step, x, frozen)
+
+    return f
 
 
 def first_order_forward(
@@ -187,8 +197,7 @@ def first_order_forward(
         if mediators is not None and step_name(s) not in mediators:
             continue
         frozen = None if include_ln else _std(op.inputs[s])
-        out = out + push_forward(lambda x, s=s, fr=frozen: branch(model, s, x, fr),
-                                 op.inputs[s], tangents, batched)  # fmt: skip
+        out = out + push_forward(_branch_fn(model, s, frozen), op.inputs[s], tangents, batched)
     return out
 
 
@@ -208,6 +217,5 @@ def first_order_backward(
         if mediators is not None and step_name(s) not in mediators:
             continue
         frozen = None if include_ln else _std(op.inputs[s])
-        out = out + pull_back(lambda x, s=s, fr=frozen: branch(model, s, x, fr),
-                              op.inputs[s], cotangents, batched)  # fmt: skip
+        out = out + pull_back(_branch_fn(model, s, frozen), op.inputs[s], cotangents, batched)
     return out

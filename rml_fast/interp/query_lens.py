@@ -319,7 +319,8 @@ class QueryLens:
             raise RuntimeError("QueryLens is not fitted; call fit(contexts) first")
 
     def _batches(self) -> Iterable[tuple[core.OperatingPoint, torch.Tensor]]:
-        assert self._contexts is not None
+        if self._contexts is None:
+            raise RuntimeError("QueryLens is not fitted; call fit(contexts) first")
         for i in range(0, self._contexts.shape[0], self.batch_size):
             tok = self._contexts[i : i + self.batch_size]
             yield core.operating_point(self.model, tok), self._mask[i : i + self.batch_size]

@@ -360,6 +360,8 @@ def train_topk_sae(
             loss.backward()
             with torch.no_grad():  # keep ||W_dec[j]|| = 1 to first order (Gao et al.)
                 w, g = sae.W_dec, sae.W_dec.grad
+                if g is None:  # pragma: no cover - backward() always sets it
+                    raise RuntimeError("W_dec has no gradient after backward()")
                 g.sub_((g * w).sum(1, keepdim=True) * w)
             opt.step()
             sae.normalize_decoder()
@@ -373,7 +375,7 @@ def train_topk_sae(
         save(step, done)
         raise
     save(max(step, start), done)
-    sae.n_steps_ = max(step, start)
+    sae.n_steps_ = max(step, start)  # type: ignore[assignment]
     return sae.eval()
 
 
