@@ -18,6 +18,10 @@ __all__ = ["DEMOS", "load_demo"]
 
 #: demo name -> (module under rml_fast.interp.demos, one-line description)
 DEMOS: dict[str, tuple[str, str]] = {
+    "grokking": (
+        "grokking",
+        "ExPLAIND: component influence through grokking of modular addition",
+    ),
     "head_stability": (
         "head_stability",
         "Adam vs AdamW: attention-head stability across independently initialised refits",
