@@ -1,5 +1,6 @@
 """LLM-evaluation methods: the graded response model vs girth, LinUCB vs mabwiser, CYBERTEAM's
-CVSS calculator, IOC extraction and workflow engine vs cvss, iocextract and graphlib.
+CVSS calculator, IOC extraction and workflow engine vs cvss, iocextract and graphlib, FakeWorld's
+metrics and bootstrap vs scikit-learn and scipy.
 
 Cases (one group per family; ``GROUPS`` lists them, each a (cases, body) pair):
 
@@ -22,6 +23,10 @@ Cases (one group per family; ``GROUPS`` lists them, each a (cases, body) pair):
   (quick: 20 kB; iocextract's regexes take minutes per MB) vs ``iocextract``; ``engine``: a 30-task random DAG of no-op modules through
   :meth:`Workflow.run` vs a bare ``graphlib`` loop (the floor of any executor; the ratio is
   expected below 1: ours builds contexts, merges outputs and scores).
+* ``fakeworld``: the two-axis protocol's metrics (:func:`rml_fast.evaluation.fakeworld.axis_metrics`:
+  accuracy, balanced accuracy, macro-F1, AUROC) vs scikit-learn's at n in {1e4, 1e5}, and their
+  1,000-resample bootstrap intervals vs ``scipy.stats.bootstrap`` (accuracy, vectorised) and vs
+  ``scipy.stats.bootstrap`` + ``f1_score`` (macro-F1).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from rml_fast.evaluation.cyberteam import (
     cvss31_base_scores,
     rex_extract,
 )
+from rml_fast.evaluation.fakeworld import axis_metrics
 from rml_fast.evaluation.irt import GradedResponseModel, _reference_loglik
 
 SUITE = "evaluation"
@@ -284,10 +290,111 @@ def cyberteam_body(suite: Suite, case: dict[str, Any]) -> None:
         raise ValueError(f"unknown cyberteam op {op!r}")
 
 
+
+# --------------------------------------------------------------------------- FakeWorld
+
+FAKEWORLD_CASES = [
+    {"family": "fakeworld", "op": "point", "n": 10_000},
+    {"family": "fakeworld", "op": "point", "n": 100_000},
+    {"family": "fakeworld", "op": "boot_acc", "n": 10_000, "B": 1000},
+    {"family": "fakeworld", "op": "boot_acc", "n": 100_000, "B": 1000},
+    {"family": "fakeworld", "op": "boot_f1", "n": 2000, "B": 1000},
+]
+FAKEWORLD_QUICK_CASES = [
+    {"family": "fakeworld", "op": "point", "n": 10_000},
+    {"family": "fakeworld", "op": "boot_acc", "n": 10_000, "B": 1000},
+    {"family": "fakeworld", "op": "boot_f1", "n": 1000, "B": 200},
+]
+
+
+def _fakeworld_arrays(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    yt = rng.integers(0, 3, n)
+    yp = np.where(rng.random(n) < 0.7, yt, rng.integers(0, 3, n))
+    s = np.clip(0.4 * (yt > 0) + 0.6 * rng.random(n), 0, 1)
+    return yt, yp, s
+
+
+def fakeworld_body(suite: Suite, case: dict[str, Any]) -> None:
+    from scipy import stats
+    from sklearn.metrics import (
+        accuracy_score,
+        balanced_accuracy_score,
+        f1_score,
+        roc_auc_score,
+    )
+
+    yt, yp, s = _fakeworld_arrays(case["n"])
+    yb = (yt > 0).astype(np.int64)
+    hb = (yp > 0).astype(np.int64)
+    op = case["op"]
+    if op == "point":
+        def ours() -> tuple[dict, dict]:
+            return (axis_metrics(yt, yp, n_bootstrap=0),
+                    axis_metrics(yb, hb, s, metrics=("auroc",), n_bootstrap=0))
+
+        def peer() -> tuple[float, ...]:
+            return (accuracy_score(yt, yp), balanced_accuracy_score(yt, yp),
+                    f1_score(yt, yp, average="macro"), roc_auc_score(yb, s))
+
+        a, b = ours()
+        got = (a["accuracy"][0], a["balanced_accuracy"][0], a["macro_f1"][0], b["auroc"][0])
+        np.testing.assert_allclose(got, peer(), rtol=0, atol=1e-12)
+        suite.compare(case, ours, peer, peer_name="sklearn.metrics (4 calls)", memory=False,
+                      note="equal to 1e-12")
+    elif op == "boot_acc":
+        B = case["B"]
+        ours = lambda: axis_metrics(yt, yp, metrics=("accuracy",), n_bootstrap=B)  # noqa: E731
+
+        def peer() -> Any:
+            return stats.bootstrap((yt, yp), lambda a, b, axis: np.mean(a == b, axis=axis),
+                                   n_resamples=B, paired=True, vectorized=True,
+                                   method="percentile", random_state=0)
+
+        lo, hi = ours()["accuracy"][1:]
+        ci = peer().confidence_interval
+        note = (f"CI ours [{lo:.4f}, {hi:.4f}] vs scipy [{ci.low:.4f}, {ci.high:.4f}] "
+                "(different draws)")
+        suite.compare(case, ours, peer, peer_name="scipy.stats.bootstrap (vectorized)",
+                      memory=False, note=note)
+    elif op == "boot_f1":
+        B = case["B"]
+        ours = lambda: axis_metrics(yt, yp, metrics=("macro_f1",), n_bootstrap=B)  # noqa: E731
+
+        def peer() -> Any:
+            return stats.bootstrap((yt, yp), lambda a, b: f1_score(a, b, average="macro"),
+                                   n_resamples=B, paired=True, vectorized=False,
+                                   method="percentile", random_state=0)
+
+        lo, hi = ours()["macro_f1"][1:]
+        ci = peer().confidence_interval
+        note = (f"CI ours [{lo:.4f}, {hi:.4f}] vs scipy+sklearn [{ci.low:.4f}, {ci.high:.4f}]")
+        suite.repeat, saved = min(suite.repeat, 3), suite.repeat
+        try:
+            suite.compare(case, ours, peer, peer_name="scipy.stats.bootstrap + sklearn f1_score",
+                          memory=False, note=note)
+        finally:
+            suite.repeat = saved
+    else:  # pragma: no cover
+        raise ValueError(f"unknown fakeworld op {op!r}")
+
+
+if __name__ == "__main__":  # try-out driver: .venv/bin/python /work/frag/bench_fakeworld.py
+    import sys
+
+    quick = "--quick" in sys.argv
+    suite = Suite("fakeworld_try", quick=quick, progress=False, repeat=5)
+    suite.run(FAKEWORLD_QUICK_CASES if quick else FAKEWORLD_CASES, fakeworld_body)
+    for r in suite.rows:
+        print(r["case"], f"ours {r['ours_median_s']:.4f}s peer {r['peer_median_s']:.4f}s "
+              f"ratio {r['ratio']:.1f}", r["note"])
+
+
 GROUPS: list[tuple[Callable[[bool], list[dict[str, Any]]], Callable[[Suite, dict[str, Any]], None]]] = [
     (_grm_cases, _grm_body),
     (_linucb_cases, _linucb_body),
     (lambda quick: CYBERTEAM_QUICK_CASES if quick else CYBERTEAM_CASES, cyberteam_body),
+    (lambda quick: FAKEWORLD_QUICK_CASES if quick else FAKEWORLD_CASES, fakeworld_body),
 ]
 
 
