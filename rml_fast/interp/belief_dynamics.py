@@ -549,8 +549,9 @@ def _batched_state(
         loss = -np.sum(W * (y * np.log(Pc) + (1 - y) * np.log1p(-Pc)), axis=1) / wsum[:, 0]
         r, v = Pc - y, Pc * (1 - Pc)
     Wv = W / v / wsum
-    grad = np.einsum("bnp,bn->bp", J, Wv * r)
-    H = np.einsum("bnp,bnq,bn->bpq", J, J, Wv)
+    grad = np.matmul((Wv * r)[:, None, :], J)[:, 0, :]
+    JW = J * Wv[..., None]
+    H = np.matmul(JW.transpose(0, 2, 1), J)
     return loss, grad, H
 
 
