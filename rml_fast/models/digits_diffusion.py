@@ -16,7 +16,6 @@ and resumes from a checkpoint file without changing its result.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from rml_fast._validation import Interval, check_scalar
+from rml_fast.models.diffusion import _timestep_embedding
 
 __all__ = [
     "DigitsCNN",
@@ -86,13 +86,6 @@ def linear_betas(n_steps: int = 200, beta_start: float = 1e-4, beta_end: float =
     return torch.linspace(beta_start * s, beta_end * s, n_steps, dtype=torch.float64)
 
 
-def _step_embedding(t: Tensor, dim: int, n_steps: int) -> Tensor:
-    half = dim // 2
-    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, dtype=torch.float32) / half)
-    ang = (t.to(torch.float32) * (1000.0 / n_steps))[:, None] * freqs[None, :].to(t.device)
-    return torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
-
-
 class _ResBlock(nn.Module):
     def __init__(self, ch: int, emb: int) -> None:
         super().__init__()
@@ -148,7 +141,7 @@ class DigitsEpsNet(nn.Module):
 
     def forward(self, x_t: Tensor, t: Tensor) -> Tensor:
         """Predicted noise, the shape of ``x_t`` (B, 1, 8, 8); ``t``: LongTensor (B,)."""
-        e = self.embed(_step_embedding(t, 64, self.n_steps).to(x_t.dtype))
+        e = self.embed(_timestep_embedding(t, 64, self.n_steps).to(x_t.dtype))
         h = self.inp(x_t)
         for blk in self.blocks:
             h = blk(h, e)
