@@ -211,7 +211,6 @@ def querylens_body(suite: Suite, case: dict[str, Any]) -> None:
 
 MFA_CASES: list[dict[str, Any]] = [
     {"family": "mfa", "data": "synthetic", "N": 20000, "D": 64, "K": 16, "q": 8},
-    {"family": "mfa", "data": "synthetic", "N": 50000, "D": 128, "K": 32, "q": 10},
     {"family": "mfa", "data": "zoo", "model": "ioi", "N": 20480, "D": 64, "K": 16, "q": 8},
     {"family": "mfa", "data": "minilm", "N": 8000, "D": 384, "K": 16, "q": 10},
 ]  # fmt: skip
