@@ -36,6 +36,7 @@ from sklearn.covariance import ledoit_wolf
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from rml_fast._validation import check_rng
 from rml_fast.interp._traced_kernels import FEATURES, features_ragged
 
 __all__ = [
@@ -508,8 +509,6 @@ def simulate_trajectories(
     >>> len(trajs), y.tolist()
     (4, [1, 0, 1, 0])
     """
-    from rml_fast._validation import check_rng
-
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"n must be an int >= 1, got {n!r}")
     if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 2:
