@@ -1,0 +1,3 @@
+"""Runnable federated experiments (``rml-fast demo federated NAME``)."""
+
+from __future__ import annotations
