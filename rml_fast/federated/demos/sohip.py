@@ -80,7 +80,12 @@ def compare_methods(
     >>> len(res["methods"]["local"]["final"])
     1
     """
-    from rml_fast.federated.baselines import FedProtoClient, FedProtoServer, LocalClient, LocalServer
+    from rml_fast.federated.baselines import (
+        FedProtoClient,
+        FedProtoServer,
+        LocalClient,
+        LocalServer,
+    )
     from rml_fast.federated.fedavg import FedAvgClient, FedAvgServer, evaluate_accuracy, make_mlp
     from rml_fast.federated.simulation import run_federated
     from rml_fast.federated.sohip import SoHipClient, SoHipServer, label_skew_split
