@@ -36,7 +36,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 
@@ -508,12 +508,13 @@ def _check_counts(num_correct: Any, num_guesses: Any, num_canaries: Any) -> tupl
 def _p_value(v: int, r: int, m: int, eps: float, delta: float) -> float:
     if v == 0:
         return 1.0
-    q = special.expit(eps)
-    f_v = float(stats.binom.sf(v - 1, r, q))
+    f_v = float(special.bdtrc(v - 1, r, special.expit(eps)))  # P[Binomial(r, q) >= v]
     if delta == 0.0:
         return min(1.0, f_v)
-    pm = stats.binom.pmf(np.arange(v - 1, -1, -1), r, q)  # pmf(v-1), pmf(v-2), ..., pmf(0)
-    alpha = float(np.max(np.cumsum(pm) / np.arange(1, v + 1)))
+    j = np.arange(v - 1, -1, -1, dtype=np.float64)  # pmf(v-1), pmf(v-2), ..., pmf(0)
+    log_pmf = (special.gammaln(r + 1.0) - special.gammaln(j + 1.0) - special.gammaln(r - j + 1.0)
+               + j * special.log_expit(eps) + (r - j) * special.log_expit(-eps))
+    alpha = float(np.max(np.cumsum(np.exp(log_pmf)) / np.arange(1, v + 1)))
     return min(1.0, f_v + 2.0 * m * delta * alpha)
 
 
