@@ -304,8 +304,10 @@ class SoHipAgent(nn.Module):
         y: torch.Tensor,
         collective_memory: torch.Tensor | None = None,
         collective_counts: torch.Tensor | None = None,
+        *,
+        commit: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training forward: consolidate this batch's STM (committed), then fuse and predict.
+        """Training forward: consolidate this batch's STM, then fuse and predict.
 
         Parameters
         ----------
@@ -313,6 +315,9 @@ class SoHipAgent(nn.Module):
         y : torch.Tensor, shape (B,), int64
         collective_memory, collective_counts : torch.Tensor, optional
             As in :meth:`forward`.
+        commit : bool, default=True
+            Store the consolidated memory; False uses it for this prediction only (the gate
+            still learns from the loss).
 
         Returns
         -------
@@ -322,7 +327,7 @@ class SoHipAgent(nn.Module):
         """
         h = self.extract(x)
         q = self.projector(h)
-        individual = self._consolidate_q(q, y, commit=True)
+        individual = self._consolidate_q(q, y, commit=commit)
         return self._head(h, q, individual, collective_memory, collective_counts), q
 
 
@@ -652,6 +657,11 @@ class SoHipClient(_AgentClient):
         (per-(seed, client, round) stream) [PROPOSED privacy option].
     clip : float, optional
         Row-norm clip of the uploaded memory (required when ``upload_noise > 0``).
+    consolidation : {"batch", "round"}, default="batch"
+        ``"batch"``: every batch's STM is consolidated into the stored LTM as it is seen;
+        ``"round"``: the batches' consolidated memories are used for prediction only (the gate
+        still learns) and the LTM is consolidated once per round from the STM of the whole
+        local training set in eval mode ("sleep" consolidation) [PROPOSED, both].
     **agent_kwargs
         ``gate``, ``lam``, ``learn_lambda``, ``rho`` of :class:`SoHipAgent`.
 
@@ -684,8 +694,12 @@ class SoHipClient(_AgentClient):
         mu: float = 1.0,
         upload_noise: float = 0.0,
         clip: float | None = None,
+        consolidation: str = "batch",
         **kwargs: Any,
     ) -> None:
+        if consolidation not in ("batch", "round"):
+            raise ValueError(f"consolidation must be 'batch' or 'round', got {consolidation!r}")
+        self.consolidation = consolidation
         self.mu = float(check_scalar(mu, "mu", Interval("real", 0.0, None)))
         self.upload_noise = float(check_scalar(upload_noise, "upload_noise", Interval("real", 0.0, None)))
         if clip is not None:
@@ -716,7 +730,8 @@ class SoHipClient(_AgentClient):
             self._collective = self._collective_counts = None
 
     def _loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        logits, q = self.agent.forward_train(xb, yb, self._collective, self._collective_counts)
+        logits, q = self.agent.forward_train(xb, yb, self._collective, self._collective_counts,
+                                             commit=self.consolidation == "batch")
         loss = F.cross_entropy(logits, yb)
         if self.mu > 0 and self._collective is not None and self._collective_counts is not None:
             have = self._collective_counts[yb] > 0
@@ -729,6 +744,11 @@ class SoHipClient(_AgentClient):
         return self.agent(x, self._collective, self._collective_counts)
 
     def _upload(self) -> Message:
+        if self.consolidation == "round":
+            self.agent.eval()
+            with torch.no_grad():
+                q = self.agent.projector(self.agent.extract(self.X_train))
+                self.agent._consolidate_q(q, self.y_train, commit=True)
         mem = self.agent.memory().numpy().astype(np.float32)
         if self.clip is not None:
             norms = np.linalg.norm(mem, axis=1, keepdims=True)

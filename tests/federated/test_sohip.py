@@ -116,6 +116,20 @@ def test_gate_zero_keeps_first_memory_and_learned_gate_interpolates():
     torch.testing.assert_close(learned.memory()[:2], want)
 
 
+def test_round_consolidation_with_gate_one_uploads_the_round_stm(parts):
+    msg = {"memory": np.zeros((C, M), np.float32), "counts": np.zeros(C, np.int64)}
+    client = SoHipClient(1, *parts[1], num_classes=C, memory_dim=M, gate=1.0, consolidation="round")
+    reply = client.handle("fit", 0, msg)
+    client.agent.eval()
+    with torch.no_grad():
+        q = client.agent.projector(client.agent.extract(client.X_train))
+    for c in np.unique(parts[1][1]):
+        np.testing.assert_allclose(reply["memory"][c], q[client.y_train == int(c)].mean(0).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="consolidation"):
+        SoHipClient(1, *parts[1], num_classes=C, consolidation="nightly")
+
+
 def test_lambda_zero_is_plain_local_training(parts, tmp_path):
     """lambda = 0 (fixed) and mu = 0: SoHip trains exactly the local-only models."""
     ck_s, ck_l = tmp_path / "s.npz", tmp_path / "l.npz"
