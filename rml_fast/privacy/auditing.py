@@ -255,7 +255,7 @@ class MechanismAudit:
         Loss values (midpoints of the PLD lattice), the empirical ``P(L <= l)`` under ``P``,
         and the accountant's CDF at the lattice points below and above.
     dkw_width : float
-        Half-width of the DKW band at the stated confidence.
+        Half-width of the DKW band (at half the error budget).
     pld_consistent : bool
     n_samples : int
         Draws per neighbouring input.
@@ -350,12 +350,13 @@ def audit_mechanism(
 
     (and ``Q_hat(L < -eps) - e^eps P_hat(L < -eps)`` for the other direction) with
     Clopper-Pearson bounds simultaneous over the grid, both directions and both proportions
-    (``4m`` intervals, Bonferroni). The claim is ``mechanism.delta_for_epsilon(eps)`` (the
+    (``4m`` intervals, Bonferroni, sharing ``(1 - confidence) / 2``). The claim is ``mechanism.delta_for_epsilon(eps)`` (the
     pessimistic PLD at resolution ``h``). A correct sampler gives ``lower <= claimed <=
     upper``; a sampler with too little noise gives ``lower > claimed`` (a violation) at
     a large enough ``n``. The loss CDF of the ``P`` samples is also checked against the
     accountant's PLD (``mechanism.pld(h, estimator="bucket")``) with the DKW band
-    ``sqrt(ln(2 / (1 - confidence)) / (2 n))``.
+    ``sqrt(ln(4 / (1 - confidence)) / (2 n))`` (the other half of ``1 - confidence``), so
+    every statement of the result holds jointly with probability ``confidence``.
 
     Parameters
     ----------
@@ -368,7 +369,7 @@ def audit_mechanism(
     n_samples : int, default=2**20
         Draws per neighbouring input.
     confidence : float, default=0.95
-        Joint coverage of the delta bounds (and, separately, of the DKW band).
+        Joint coverage of all delta bounds and the DKW band together.
     sampler : callable, optional
         ``sampler(x, seed) -> ndarray (n, dim)`` with ``x`` of shape (n, dim) float64 and an
         int seed; default ``mechanism.randomize`` (the native Philox SGG sampler).
@@ -471,7 +472,8 @@ def audit_mechanism(
         done += b
     inv = np.empty_like(order)
     inv[order] = np.arange(m)
-    level = 1.0 - (1.0 - conf) / (4 * m)
+    alpha = 1.0 - conf  # split: alpha/2 for the 4m delta intervals, alpha/2 for the DKW band
+    level = 1.0 - alpha / (8 * m)
     est_r, lo_r, hi_r = _delta_from_counts(kp_r[inv], kq_r[inv], n, n, eps, level)
     est_a, lo_a, hi_a = _delta_from_counts(kq_a[inv], kp_a[inv], n, n, eps, level)
     first = est_r >= est_a
@@ -481,7 +483,7 @@ def audit_mechanism(
     excess = float(max(np.max(lo_r - claimed), np.max(lo_a - claimed)))
     violation = excess > 0.0
     within = bool(np.all(claimed <= hi_r + atol) and np.all(claimed <= hi_a + atol))
-    dkw = math.sqrt(math.log(2.0 / (1.0 - conf)) / (2.0 * n))
+    dkw = math.sqrt(math.log(4.0 / alpha) / (2.0 * n))
     ecdf = k_cdf / n
     pld_ok = bool(np.all(ecdf >= cdf_lo - dkw) and np.all(ecdf <= cdf_hi + dkw))
     return MechanismAudit(
