@@ -62,13 +62,27 @@ HELLO_TYPE = "query.rml_fast_hello"
 PHASE_TYPE = "train.rml_fast_phase"
 
 
-def _require_flwr() -> None:
-    try:
-        import flwr  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - flwr is in the federated extra
-        raise ImportError(
-            "rml_fast.federated.flower needs Flower: pip install 'rml_fast[federated]'"
-        ) from exc
+_FLWR_IMPORT_WARNINGS = (
+    # typer (imported by flwr's logger) uses click.utils names that click 8.2+ deprecates
+    r"'click\.utils\.\w+' is deprecated",
+)
+
+
+def _require_flwr(*extra: str) -> None:
+    """Import flwr's app modules (and ``extra`` ones) once, without the peers' import warnings."""
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        for message in _FLWR_IMPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        try:
+            for module in ("flwr", "flwr.app", "flwr.clientapp", "flwr.serverapp", *extra):
+                importlib.import_module(module)
+        except ImportError as exc:  # pragma: no cover - flwr is in the federated extra
+            raise ImportError(
+                "rml_fast.federated.flower needs Flower: pip install 'rml_fast[federated]'"
+            ) from exc
 
 
 def to_array_record(message: Message) -> ArrayRecord:
@@ -506,7 +520,7 @@ def run_flower_simulation(
         raise TypeError(f"client_fn must be callable, got {type(client_fn).__name__}")
     num_clients = int(check_scalar(num_clients, "num_clients", Interval("int", 1, None)))
     rounds = int(check_scalar(rounds, "rounds", Interval("int", 1, None)))
-    _require_flwr()
+    _require_flwr("flwr.simulation")
     from flwr.simulation import run_simulation
 
     result: dict[str, Any] = {}
