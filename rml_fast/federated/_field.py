@@ -63,8 +63,7 @@ def _mul_scalar_kernel(a, b):
     return _mulmod(a, b)
 
 
-@numba.njit(parallel=True, cache=True)
-def _mul_kernel(a, b, out):
+def _mul_kernel_py(a, b, out):
     for i in numba.prange(a.shape[0]):
         out[i] = _mulmod(a[i], b[i])
 
@@ -73,8 +72,7 @@ def _chunks(n: int) -> int:
     return max(1, min(n // 65536 + 1, 4 * numba.get_num_threads()))
 
 
-@numba.njit(parallel=True, cache=True)
-def _dot_kernel(a, b, nchunks):
+def _dot_kernel_py(a, b, nchunks):
     n = a.shape[0]
     partial = np.zeros(nchunks, dtype=np.uint64)
     step = (n + nchunks - 1) // nchunks
@@ -91,8 +89,7 @@ def _dot_kernel(a, b, nchunks):
     return total
 
 
-@numba.njit(parallel=True, cache=True)
-def _horner_kernel(secret, coeffs, xs, out):
+def _horner_kernel_py(secret, coeffs, xs, out):
     # out[k, i] = secret[i] + sum_j coeffs[j, i] * xs[k]^(j+1)  (mod P), by Horner
     m = coeffs.shape[0]
     n = secret.shape[0]
@@ -105,8 +102,7 @@ def _horner_kernel(secret, coeffs, xs, out):
             out[k, i] = _addmod(v, secret[i])
 
 
-@numba.njit(parallel=True, cache=True)
-def _combine_kernel(shares, lam, out):
+def _combine_kernel_py(shares, lam, out):
     # out[i] = sum_j lam[j] * shares[j, i]  (mod P)
     for i in numba.prange(shares.shape[1]):
         acc = _ZERO
@@ -115,8 +111,7 @@ def _combine_kernel(shares, lam, out):
         out[i] = acc
 
 
-@numba.njit(parallel=True, cache=True)
-def _encode_kernel(x, scale, out, bad):
+def _encode_kernel_py(x, scale, out, bad):
     # out[i] = round(x[i] * scale) mod P ; bad[0] = 1 when |round(x*scale)| > HALF_P
     lim = float(HALF_P)
     for i in numba.prange(x.shape[0]):
@@ -128,6 +123,21 @@ def _encode_kernel(x, scale, out, bad):
             out[i] = P - np.uint64(-np.int64(v))
         else:
             out[i] = np.uint64(np.int64(v))
+
+
+#: Below this many elements the serial kernels run (thread start-up costs more than it saves).
+PARALLEL_MIN = 1 << 18
+
+_SERIAL = {}
+_PARALLEL = {}
+for _name, _fn in (("mul", _mul_kernel_py), ("dot", _dot_kernel_py), ("horner", _horner_kernel_py),
+                   ("combine", _combine_kernel_py), ("encode", _encode_kernel_py)):
+    _SERIAL[_name] = numba.njit(cache=True)(_fn)
+    _PARALLEL[_name] = numba.njit(parallel=True, cache=True)(_fn)
+
+
+def _k(name: str, n: int):
+    return (_PARALLEL if n >= PARALLEL_MIN and numba.get_num_threads() > 1 else _SERIAL)[name]
 
 
 # --- public helpers of this private module --------------------------------------------------
@@ -143,7 +153,7 @@ def mulmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.broadcast_arrays(as_field(a), as_field(b))
     a, b = np.ascontiguousarray(a).ravel(), np.ascontiguousarray(b).ravel()
     out = np.empty_like(a)
-    _mul_kernel(a, b, out)
+    _k("mul", a.shape[0])(a, b, out)
     return out
 
 
@@ -166,7 +176,8 @@ def dot(a: np.ndarray, b: np.ndarray) -> int:
     a, b = as_field(a).ravel(), as_field(b).ravel()
     if a.shape != b.shape:
         raise ValueError(f"field vectors differ in length: {a.shape[0]} vs {b.shape[0]}")
-    return int(_dot_kernel(a, b, _chunks(a.shape[0])))
+    n = a.shape[0]
+    return int(_k("dot", n)(a, b, _chunks(n) if n >= PARALLEL_MIN else 1))
 
 
 def dot_numpy(a: np.ndarray, b: np.ndarray) -> int:
@@ -188,7 +199,7 @@ def encode(x: np.ndarray, frac_bits: int) -> np.ndarray:
     x = np.ascontiguousarray(np.asarray(x, dtype=np.float64)).ravel()
     out = np.empty(x.shape[0], dtype=np.uint64)
     bad = np.zeros(1, dtype=np.int64)
-    _encode_kernel(x, float(2.0 ** frac_bits), out, bad)
+    _k("encode", x.shape[0])(x, float(2.0 ** frac_bits), out, bad)
     if bad[0]:
         raise ValueError(
             f"values times 2^{frac_bits} must lie strictly within +-(P-1)/2 = +-{HALF_P} "
@@ -217,7 +228,7 @@ def horner_shares(secret: np.ndarray, coeffs: np.ndarray, xs: np.ndarray) -> np.
     coeffs = np.ascontiguousarray(coeffs, dtype=np.uint64).reshape(-1, secret.shape[0])
     xs = as_field(xs).ravel()
     out = np.empty((xs.shape[0], secret.shape[0]), dtype=np.uint64)
-    _horner_kernel(secret, coeffs, xs, out)
+    _k("horner", secret.shape[0] * xs.shape[0])(secret, coeffs, xs, out)
     return out
 
 
@@ -226,7 +237,7 @@ def combine(shares: np.ndarray, lam: np.ndarray) -> np.ndarray:
     shares = np.ascontiguousarray(shares, dtype=np.uint64)
     shares = shares.reshape(shares.shape[0], -1)
     out = np.empty(shares.shape[1], dtype=np.uint64)
-    _combine_kernel(shares, as_field(lam).ravel(), out)
+    _k("combine", shares.size)(shares, as_field(lam).ravel(), out)
     return out
 
 

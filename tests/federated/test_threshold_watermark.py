@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rml_fast.federated import run_federated
-from rml_fast.federated.demos.threshold_watermark import train_digits
+from rml_fast.federated.demos.threshold_watermark import format_table, run
 from rml_fast.federated.fedavg import iid_partition, make_mlp, model_to_arrays, pack_weights
 from rml_fast.federated.threshold_watermark import (
     ShamirField,
@@ -15,8 +15,11 @@ from rml_fast.federated.threshold_watermark import (
     ThresholdWatermarkServer,
     additive_shares,
     empirical_null,
+    finetune_attack,
     generate_key,
+    noise_attack,
     null_sigma,
+    overwrite_attack,
     partial_inner_products,
     prune_attack,
     threshold_verify,
@@ -191,16 +194,12 @@ def test_strength_is_monotone_in_c():
     assert zs[0] < zs[1] < zs[2]
 
 
-@pytest.fixture(scope="module")
-def digits_runs():
-    base = train_digits(0.0, rounds=10)
-    wm = train_digits(0.5, rounds=10)
-    spec = train_digits(0.1, strength="spec", rounds=10)
-    return base, wm, spec
-
-
-def test_digits_k16_watermark_detected_at_no_accuracy_cost(digits_runs):
-    base, wm, spec = digits_runs
+def test_digits_k16_watermark_detected_at_no_accuracy_cost(tmp_path):
+    # the demo's quick run: K = 16 IID clients, 10 rounds, same seed with and without watermark
+    res = run(quick=True, progress=False, out=tmp_path / "wm.png")
+    base = res["baseline"]
+    wm = next(r for r in res["rows"] if r["rule"] == "update" and r["c"] == 0.5)
+    spec = next(r for r in res["rows"] if r["rule"] == "spec")
     assert wm["z"] >= 4
     assert abs(base["z"]) < 4
     assert base["accuracy"] - wm["accuracy"] <= 0.01
@@ -208,16 +207,30 @@ def test_digits_k16_watermark_detected_at_no_accuracy_cost(digits_runs):
     # the spec's quadratic rule at c = 0.1 embeds (almost) nothing on this model (issue 15)
     assert spec["z"] < 4
     # a coalition of 8 of the 16 clients verifies it without the key
-    shares = ShamirField(8, 16).share(wm["key"], rng=0)
-    assert threshold_verify(wm["weights"], shares[3:11]) == pytest.approx(wm["z"], abs=1e-6)
+    th = res["threshold"]
+    assert (th["t"], th["K"], len(th["parties"])) == (8, 16, 8)
+    assert th["z_coalition"] == pytest.approx(th["z_plaintext"], abs=1e-6)
+    assert th["z_plaintext"] == pytest.approx(wm["z"], rel=1e-9)
+    assert {a["attack"].split(" (")[0] for a in res["attacks"]} == {"fine-tune", "magnitude pruning"}
+    assert (tmp_path / "wm.png").stat().st_size > 10_000
+    assert "threshold verification by t = 8 of K = 16" in format_table(res)
 
 
-def test_attacks_on_the_digits_watermark(digits_runs):
-    _, wm, _ = digits_runs
-    model, key = wm["model"], wm["key"]
+def test_attacks():
+    server, history = _small("trusted", c=2.0, rounds=3)
+    model, key = server.model(), server.monitor_key
+    z0 = history.metrics[-1]["z"]
     pruned = prune_attack(model, 0.5)
     for _, p in pruned.named_parameters():
         assert int((p == 0).sum()) >= int(0.5 * p.numel())
-    z_pruned = z_score(pruned, key)
-    assert np.isfinite(z_pruned)
-    assert z_score(prune_attack(model, 0.0), key) == pytest.approx(wm["z"], rel=1e-6)
+    assert z_score(prune_attack(model, 0.0), key) == pytest.approx(z0, rel=1e-6)
+    # heavy noise drowns the watermark, light noise does not
+    assert abs(z_score(noise_attack(model, 30.0, rng=0), key)) < abs(z_score(noise_attack(model, 0.01, rng=0), key))
+    assert z_score(noise_attack(model, 0.01, rng=0), key) == pytest.approx(z0, rel=0.05)
+    # the attacker's own key is detected in the overwritten model, ours still scores the same sign
+    over = overwrite_attack(model, 0.5, seed=77)
+    theirs = generate_key(watermark_shapes(model), seed=77)
+    assert z_score(over, theirs) > 4
+    tuned = finetune_attack(model, np.zeros((20, 64), np.float32), np.zeros(20, np.int64), fraction=0.5,
+                            epochs=1, rng=0)
+    assert any((a != b).any() for a, b in zip(tuned.parameters(), model.parameters(), strict=True))
