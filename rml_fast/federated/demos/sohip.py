@@ -195,7 +195,7 @@ def format_table(result: Mapping[str, Any]) -> str:
     >>> from rml_fast.federated.demos.sohip import format_table
     >>> row = {"final": np.array([0.9, 0.92]), "mean": 0.91, "bytes_up": 13760, "bytes_down": 13760}
     >>> print(format_table({"methods": {"sohip": row}, "rounds": 30}).splitlines()[1])
-    sohip         0.910   0.010          13760            13760
+    sohip         0.910   0.014          13760            13760
     """
     lines = [f"{'method':<10} {'accuracy':>8} {'sd':>7} {'bytes up/round':>14} {'bytes down/round':>16}"]
     for name, row in result["methods"].items():
