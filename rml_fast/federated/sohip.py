@@ -110,6 +110,14 @@ class SoHipAgent(nn.Module):
     (6, 10)
     """
 
+    extractor: nn.Module
+    projector: nn.Linear
+    head: nn.Linear
+    gate: nn.Linear
+    lam: torch.Tensor
+    ltm: torch.Tensor
+    ltm_counts: torch.Tensor
+
     def __init__(
         self,
         in_features: int,

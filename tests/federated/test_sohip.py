@@ -301,5 +301,6 @@ def test_sohip_beats_local_and_fedproto_on_digits():
 
     res = compare_methods(seeds=(0, 1, 2), rounds=15, methods=("sohip", "fedproto", "local"))
     means = {k: v["mean"] for k, v in res["methods"].items()}
+    print("mean agent accuracy over 3 seeds:", means)
     assert means["sohip"] >= means["local"], means
     assert means["sohip"] >= means["fedproto"], means

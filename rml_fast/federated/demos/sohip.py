@@ -115,11 +115,13 @@ def compare_methods(
 
                 server: Any = _PerAgent(model_fn(), model_fn=model_fn)
 
-                def client_fn(cid: int, parts: Any = parts, seed: int = seed,
-                              model_fn: Any = model_fn) -> Any:
+                def fedavg_client(cid: int, parts: Any = parts, seed: int = seed,
+                                  model_fn: Any = model_fn) -> Any:
                     return FedAvgClient(model_fn, parts[cid][0], parts[cid][1], client_id=cid,
                                         seed=seed, lr=0.01, batch_size=16, optimizer="adam",
                                         weight_decay=0.0)
+
+                client_fn: Any = fedavg_client
             else:
                 server, cls = {
                     "sohip": (SoHipServer(C, memory_dim), SoHipClient),
@@ -127,9 +129,11 @@ def compare_methods(
                     "local": (LocalServer(), LocalClient),
                 }[name]
 
-                def client_fn(cid: int, parts: Any = parts, cls: Any = cls,
-                              common: Any = common) -> Any:
+                def agent_client(cid: int, parts: Any = parts, cls: Any = cls,
+                                 common: Any = common) -> Any:
                     return cls(cid, *parts[cid], arch=cid % 5, **common)
+
+                client_fn = agent_client
 
             history = run_federated(server, client_fn, num_clients, rounds, progress=progress)
             acc = [m["accuracy"] for m in history.metrics]
