@@ -140,10 +140,10 @@ def hsgn_scores(
     Examples
     --------
     >>> import torch
-    >>> A = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])   # H = A E.sum(0)[:2] style toy
-    >>> f = lambda E: (E @ A.T).sum(0, keepdim=True)               # (N, 2) -> (1, 3)
-    >>> hsgn_scores(f, torch.tensor([[1.0, 1.0], [0.0, 2.0]]), 0)
-    tensor([3.3541, 3.3541])
+    >>> A = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])
+    >>> f = lambda E: (E @ A.T).sum(0, keepdim=True)   # H_0 = A (E_1 + E_2): (N, 2) -> (1, 3)
+    >>> hsgn_scores(f, torch.tensor([[1.0, 1.0], [0.0, 2.0]]), 0)   # ||A^T H_0|| / ||H_0||
+    tensor([2.3031, 2.3031])
     """
     if not callable(forward_from_image_embeds):
         raise TypeError("forward_from_image_embeds must be callable (E -> last hidden states)")
@@ -290,16 +290,39 @@ class VLMAdapter(Protocol):
     ``decode(ids) -> str``.
     """
 
-    def prepare(self, pixel_values: Tensor, prompt: Any, answer: Any = None) -> VLMInputs: ...
-    def image_embeds(self, inputs: VLMInputs) -> Tensor: ...
-    def splice(self, inputs: VLMInputs, image_embeds: Tensor) -> Tensor: ...
-    def last_hidden(self, inputs: VLMInputs, inputs_embeds: Tensor) -> Tensor: ...
-    def logits(self, inputs: VLMInputs, inputs_embeds: Tensor) -> Tensor: ...
-    def target_index(self, inputs: VLMInputs, mode: str | int) -> Tensor: ...
+    def prepare(self, pixel_values: Tensor, prompt: Any, answer: Any = None) -> VLMInputs:
+        """Tokenise ``prompt`` (and a teacher-forced ``answer``) around the image placeholders."""
+        ...
+
+    def image_embeds(self, inputs: VLMInputs) -> Tensor:
+        """Projected image tokens ``E = P(V(x))`` (B, N, d)."""
+        ...
+
+    def splice(self, inputs: VLMInputs, image_embeds: Tensor) -> Tensor:
+        """Input embeddings (B, T, D) with the placeholder rows replaced by ``image_embeds``."""
+        ...
+
+    def last_hidden(self, inputs: VLMInputs, inputs_embeds: Tensor) -> Tensor:
+        """Last-layer hidden states ``H^(L)`` (B, T, D)."""
+        ...
+
+    def logits(self, inputs: VLMInputs, inputs_embeds: Tensor) -> Tensor:
+        """Next-token logits (B, T, V)."""
+        ...
+
+    def target_index(self, inputs: VLMInputs, mode: str | int) -> Tensor:
+        """The objective's position ``t`` per sample (B,)."""
+        ...
+
     def generate_from_embeds(
         self, inputs: VLMInputs, inputs_embeds: Tensor, max_new_tokens: int, greedy: bool
-    ) -> Tensor: ...
-    def decode(self, ids: Sequence[int] | Tensor) -> str: ...
+    ) -> Tensor:
+        """New token ids (B, max_new_tokens) continuing ``inputs_embeds``."""
+        ...
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """Text of token ids."""
+        ...
 
 
 class _AdapterBase:

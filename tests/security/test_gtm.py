@@ -400,3 +400,20 @@ def test_vlm_inputs_without_answer():
     assert isinstance(bare, VLMInputs)
     assert ad.decode(inp.input_ids[0, -2:]) == TARGET
     assert DIGIT_WORDS[7] == "seven"
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_quick(trained_vlm, tmp_path):
+    from rml_fast.security.demo import format_table, run
+
+    png = tmp_path / "gtm.png"
+    res = run(quick=True, progress=False, model=trained_vlm.model, out=str(png))
+    assert png.stat().st_size > 10_000
+    # r = 0 is the undefended model: its clean accuracy is the training run's held-out accuracy
+    for tgt in ("first_text", "last"):
+        assert res["clean_accuracy"][tgt][0.0] == pytest.approx(trained_vlm.test_accuracy)
+    assert res["asr"]["patch"]["last"][6.25] < res["asr"]["patch"]["last"][0.0]
+    table = format_table(res)
+    assert "ASR patch" in table and "first_text" in table
