@@ -124,7 +124,7 @@ def test_bad_input_names_the_argument():
         A.jpeg(torch.full((1, 3, 8, 8), 1.5))
     with pytest.raises(ValueError, match="x must have shape"):
         A.resize(torch.rand(3, 8, 8))
-    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"x must be a torch\.Tensor"):
         A.hflip(np.zeros((1, 3, 8, 8)))
     with pytest.raises(ValueError, match="quality"):
         A.jpeg(torch.rand(1, 3, 8, 8), 0)

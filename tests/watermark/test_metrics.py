@@ -29,7 +29,7 @@ def test_binomial_pvalue_equals_scipy_binomtest(K):
     np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("K,fpr", [(8, 1e-2), (32, 1e-3), (48, 1e-4), (64, 1e-6), (256, 1e-3)])
+@pytest.mark.parametrize(("K", "fpr"), [(8, 1e-2), (32, 1e-3), (48, 1e-4), (64, 1e-6), (256, 1e-3)])
 def test_detection_threshold_is_the_exact_smallest_tail(K, fpr):
     tau = detection_threshold(K, fpr)
     tail = lambda t: sum(math.comb(K, i) for i in range(t, K + 1)) / 2**K  # noqa: E731
@@ -41,7 +41,7 @@ def test_detection_threshold_never_detects_below_2_pow_minus_K():
     assert detection_threshold(8, 1e-3) == 9  # 2^-8 = 0.0039 > 1e-3
 
 
-@pytest.mark.parametrize("K,fpr", [(16, 0.05), (32, 0.01)])
+@pytest.mark.parametrize(("K", "fpr"), [(16, 0.05), (32, 0.01)])
 def test_monte_carlo_fpr_on_random_bits_matches_nominal(K, fpr):
     # under H0 decoded bits are independent fair coins; the realised FPR must equal the exact
     # tail at tau (<= fpr), within 4 binomial standard errors
