@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
-if importlib.util.find_spec("ray") is None:  # the Simulation Engine's backend (not imported here)
-    pytest.skip("ray (flwr[simulation]) is not installed", allow_module_level=True)
+# flwr is imported lazily by rml_fast.federated.flower (which filters its peers' import
+# warnings); ray, the Simulation Engine's backend, only ever runs in child interpreters here
+if importlib.util.find_spec("flwr") is None or importlib.util.find_spec("ray") is None:
+    pytest.skip("flwr[simulation] is not installed", allow_module_level=True)
 
 import contextlib
 
@@ -234,43 +235,61 @@ def test_simulation_engine_equals_run_federated(tiny, processes):
         assert got == pytest.approx(want, rel=1e-12)
 
 
-_FEDAVG_SETUP = textwrap.dedent('''
+# The untrusted threshold watermark: FedAvg local training (AdamW, torch) plus two phases per
+# round, the client keeping its trained weights in its state between them.
+_WATERMARK_SETUP = textwrap.dedent('''
     import numpy as np
     from sklearn.datasets import load_digits
 
-    from rml_fast.federated.fedavg import FedAvgClient, FedAvgServer, iid_partition, make_mlp
+    from rml_fast.federated.fedavg import iid_partition, make_mlp
+    from rml_fast.federated.threshold_watermark import (
+        ThresholdWatermarkClient,
+        ThresholdWatermarkServer,
+        additive_shares,
+        generate_key,
+        watermark_shapes,
+    )
 
     X, y = load_digits(return_X_y=True)
     X, y = (X / 16.0).astype(np.float32), y.astype(np.int64)
-    parts = iid_partition(900, 3, rng=1)
+    parts = iid_partition(900, 2, rng=1)
 
 
     def model_fn():
         return make_mlp(64, [16], 10, seed=1)
 
 
+    key = generate_key(watermark_shapes(model_fn()), seed=2)
+    shares = additive_shares(key, 2, rng=2)
+
+
     def client_fn(cid):
-        return FedAvgClient(model_fn, X[parts[cid]], y[parts[cid]], client_id=cid, seed=1,
-                            lr=3e-3)
+        return ThresholdWatermarkClient(model_fn, X[parts[cid]], y[parts[cid]], client_id=cid,
+                                        key=shares[cid], variant="untrusted", c=0.5, seed=1,
+                                        lr=3e-3)
 
 
-    server = FedAvgServer(model_fn(), model_fn=model_fn, test_data=(X[900:], y[900:]))
+    server = ThresholdWatermarkServer(model_fn(), variant="untrusted", model_fn=model_fn,
+                                      test_data=(X[900:], y[900:]), monitor_key=key)
 ''')
 
 
 @pytest.mark.slow
-def test_fedavg_on_simulation_engine_equals_run_federated(processes, tmp_path):
+def test_threshold_watermark_on_simulation_engine_equals_run_federated(processes, tmp_path):
     pytest.importorskip("torch")
     namespace: dict = {}
-    exec(_FEDAVG_SETUP, namespace)
+    exec(_WATERMARK_SETUP, namespace)
     reference = namespace["server"]
-    expected = run_federated(reference, namespace["client_fn"], 3, 2, progress=False)
-    state, metrics, bytes_up, _ = _simulate_in_child(processes, _FEDAVG_SETUP, 3, 2, tmp_path)
+    assert reference.phases == ("fit", "embed")
+    expected = run_federated(reference, namespace["client_fn"], 2, 2, progress=False)
+    state, metrics, bytes_up, _ = _simulate_in_child(processes, _WATERMARK_SETUP, 2, 2, tmp_path)
     want = reference.get_state()
     assert sorted(state) == sorted(want)
     for key, value in want.items():
         np.testing.assert_allclose(state[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
-    assert metrics[-1]["accuracy"] == pytest.approx(expected.metrics[-1]["accuracy"], abs=2e-3)
+    for got, exp in zip(metrics, expected.metrics, strict=True):
+        assert got["accuracy"] == pytest.approx(exp["accuracy"], abs=2e-3)
+        assert got["z"] == pytest.approx(exp["z"], abs=1e-3)
     assert bytes_up == expected.bytes_up
 
 
