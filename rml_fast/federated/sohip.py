@@ -521,9 +521,9 @@ class _AgentClient(FederatedClient):
         self.local_epochs = int(check_scalar(local_epochs, "local_epochs", Interval("int", 1, None)))
         self.seed = int(check_scalar(seed, "seed", Interval("int", 0, None)))
         self.threads = int(check_scalar(threads, "threads", Interval("int", 1, None)))
-        self.X_train = torch.from_numpy(np.ascontiguousarray(Xtr, dtype=np.float32))
+        self.X_train = torch.from_numpy(np.array(Xtr, dtype=np.float32, order="C", copy=True))
         self.y_train = torch.from_numpy(ytr.astype(np.int64))
-        self.X_test = torch.from_numpy(np.ascontiguousarray(Xte, dtype=np.float32))
+        self.X_test = torch.from_numpy(np.array(Xte, dtype=np.float32, order="C", copy=True))
         self.y_test = torch.from_numpy(yte.astype(np.int64))
         self.class_counts = np.bincount(ytr.astype(np.int64), minlength=self.num_classes).astype(np.int64)
         self.agent = SoHipAgent(
