@@ -91,6 +91,33 @@ def laplace_atom(n: int, seed: int) -> dict[str, Any]:
             "violation": res.violation}
 
 
+def float_lsb(n: int, seed: int) -> dict[str, Any]:
+    """Least-significant-bit sets (Mironov 2012): ``y = fl(x + X)`` with ``x = 1`` and
+    ``y`` in (-1, -0.5) is exact by Sterbenz's lemma, so its last mantissa bit (in the finer
+    binade of ``y``) is always 0, while ``y = 0 + X`` has it set half the time. The set
+    ``S = {y in (-1, -0.5), last bit 1}`` has ``Q(S) = 0``: no float64 additive mechanism is
+    ``(eps, delta)``-DP with ``delta < P(S)`` for any eps."""
+    from rml_fast.privacy import SGGMechanism
+    from rml_fast.privacy.auditing import empirical_delta
+
+    def score(y: np.ndarray) -> np.ndarray:
+        odd = (np.ascontiguousarray(y).view(np.int64) & 1) == 1
+        return np.where((y > -1.0) & (y < -0.5) & odd, np.inf, -np.inf)
+
+    eps = np.array([1.0, 3.0, 5.0])
+    out = {}
+    for name, mech in (("gaussian std=1", SGGMechanism.gaussian(1, 1.0)),
+                       ("laplace b=1", SGGMechanism(1, 1.0, k=1.0, p=1.0))):
+        gen = np.random.default_rng(seed)
+        y0 = mech.randomize(np.zeros((n, 1)), rng=int(gen.integers(2**62)))[:, 0]
+        y1 = mech.randomize(np.ones((n, 1)), rng=int(gen.integers(2**62)))[:, 0]
+        est = empirical_delta(score(y0), score(y1), eps)
+        out[name] = {"epsilons": eps.tolist(), "empirical_delta": est.estimate.tolist(),
+                     "lower": est.lower.tolist(),
+                     "claimed_delta": np.asarray(mech.delta_for_epsilon(eps)).tolist()}
+    return out
+
+
 def _breast_cancer() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_breast_cancer
 
@@ -219,13 +246,17 @@ def run(*, seed: int = 0, quick: bool = False, out: Path | None = None, progress
     atom = laplace_atom(n, seed)
     print(f"  Laplace at the atom eps = 1: empirical delta {atom['empirical_delta']:.4f} "
           f"(lower bound {atom['lower']:.4f}) vs claimed {atom['claimed_delta']}", flush=True)
+    lsb = float_lsb(n, seed)
+    for name, rec in lsb.items():
+        print(f"  {name}: LSB set, delta lower bound {np.round(rec['lower'], 4)} vs claimed "
+              f"{np.round(rec['claimed_delta'], 8)} at eps = {rec['epsilons']}", flush=True)
     print("training audits (breast cancer, claimed (2, 1e-6)-DP, 100 steps, q = 0.1)", flush=True)
     train = training_audits(canaries, seeds, progress)
     result = {
         "meta": {"quick": quick, "seed": seed, "python": sys.version.split()[0],
                  "machine": platform.machine(), "seconds": time.perf_counter() - t0,
                  "confidence": 0.95, "delta": DELTA},
-        "mechanisms": mech, "laplace_float_atom": atom, "training": train,
+        "mechanisms": mech, "laplace_float_atom": atom, "float_lsb": lsb, "training": train,
     }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
