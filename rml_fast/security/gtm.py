@@ -228,9 +228,8 @@ def topk_mask(
     order = torch.sort(scores.detach(), dim=-1, descending=True, stable=True).indices
     idx = order[..., :k]
     if k:
-        rows = masked.view(-1, *masked.shape[-2:]) if masked.ndim == 3 else masked[None]
-        for b, ib in enumerate(idx.view(-1, k)):
-            rows[b, ib] = fill
+        where = idx[..., None].expand(*idx.shape, masked.shape[-1])
+        masked.scatter_(-2, where, fill)
     return masked, idx
 
 
@@ -735,9 +734,12 @@ class GTMDefense:
         """HSGN scores (B, N) of the image tokens of ``inputs`` (one forward + one backward)."""
         adapter, inputs = _check_adapter(adapter), _check_inputs(inputs)
         inputs = inputs.without_answer()
-        t = adapter.target_index(inputs, self.target)
         with torch.no_grad():
             e = adapter.image_embeds(inputs)
+        return self._scores(adapter, inputs, e)
+
+    def _scores(self, adapter: VLMAdapter, inputs: VLMInputs, e: Tensor) -> Tensor:
+        t = adapter.target_index(inputs, self.target)
         return hsgn_scores(lambda x: adapter.last_hidden(inputs, adapter.splice(inputs, x)), e, t)
 
     def defend(
@@ -754,7 +756,7 @@ class GTMDefense:
         if n_masked(e.shape[1], self.mask_rate) == 0:
             masked, idx = e, torch.zeros(e.shape[0], 0, dtype=torch.int64)
         else:
-            s = self.scores(adapter, inputs)
+            s = self._scores(adapter, inputs, e)
             masked, idx = topk_mask(e, s, self.mask_rate, self.fill)
         with torch.no_grad():
             out = adapter.splice(inputs, masked)

@@ -284,6 +284,10 @@ def test_gtm_defends_the_toy_vlm(trained_vlm):
     asr_plain, asr_gtm = asr(undefended), asr(defended)
     assert asr_plain >= 0.7  # measured 0.81 (13 of 16)
     assert asr_gtm <= asr_plain - 0.4  # measured 0.125
+    # the masked token lies in the patch (tokens 10, 11, 14, 15 of the 4 x 4 grid) mostly
+    _, idx = defended.defend(ad, ad.prepare(adv, PROMPTS[0]), return_indices=True)
+    in_patch = sum(i in {10, 11, 14, 15} for i in idx.flatten().tolist()) / idx.numel()
+    assert in_patch >= 0.6  # measured 0.94
 
     x, y = digits_vlm_images()
     _, te = digits_vlm_split(0)
