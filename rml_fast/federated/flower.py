@@ -343,6 +343,9 @@ def run_server(
         for server_round in range(rounds):
             up = down = 0
             selected = [int(c) for c in server.select(server_round, client_ids)]
+            if not set(selected) <= set(client_ids):
+                raise ValueError(f"server.select returned unknown client ids "
+                                 f"{sorted(set(selected) - set(client_ids))}")
             for phase in server.phases:
                 broadcast = check_message(server.configure(phase, server_round), "broadcast")
                 messages = []
