@@ -132,7 +132,7 @@ _SERIAL = {}
 _PARALLEL = {}
 for _name, _fn in (("mul", _mul_kernel_py), ("dot", _dot_kernel_py), ("horner", _horner_kernel_py),
                    ("combine", _combine_kernel_py), ("encode", _encode_kernel_py)):
-    _SERIAL[_name] = numba.njit(cache=True)(_fn)
+    _SERIAL[_name] = numba.njit(cache=True, nogil=True)(_fn)
     _PARALLEL[_name] = numba.njit(parallel=True, cache=True)(_fn)
 
 
@@ -178,6 +178,42 @@ def dot(a: np.ndarray, b: np.ndarray) -> int:
         raise ValueError(f"field vectors differ in length: {a.shape[0]} vs {b.shape[0]}")
     n = a.shape[0]
     return int(_k("dot", n)(a, b, _chunks(n) if n >= PARALLEL_MIN else 1))
+
+
+def dots(a: np.ndarray, bs: list[np.ndarray], *, block: int = 1 << 15) -> list[int]:
+    """``[sum_i a_i b_i mod P for b in bs]``: one vector against many, cache-blocked.
+
+    ``a`` is read once per block of ``block`` elements and reused for every ``b`` while it is in
+    cache; the range is split over ``numba.get_num_threads()`` Python threads (the serial kernel
+    releases the GIL) when it has at least ``PARALLEL_MIN`` elements.
+    """
+    a = as_field(a).ravel()
+    bs = [as_field(b).ravel() for b in bs]
+    n = a.shape[0]
+    for b in bs:
+        if b.shape[0] != n:
+            raise ValueError(f"field vectors differ in length: {n} vs {b.shape[0]}")
+    kernel = _SERIAL["dot"]
+
+    def run(lo: int, hi: int) -> list[int]:
+        acc = [0] * len(bs)
+        for start in range(lo, hi, block):
+            stop = min(hi, start + block)
+            aa = a[start:stop]
+            for j, b in enumerate(bs):
+                acc[j] += int(kernel(aa, b[start:stop], 1))
+        return acc
+
+    threads = numba.get_num_threads()
+    if n < PARALLEL_MIN or threads <= 1:
+        parts = [run(0, n)]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        step = -(-n // threads)
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(lambda lo: run(lo, min(n, lo + step)), range(0, n, step)))
+    return [sum(p[j] for p in parts) % P_INT for j in range(len(bs))]
 
 
 def dot_numpy(a: np.ndarray, b: np.ndarray) -> int:

@@ -1065,16 +1065,20 @@ def threshold_verify(
     w = _weights_dict(weights)
     _match(w, {k: np.zeros(v.shape) for k, v in first.arrays.items()}, kname="shares")
     names = list(first.arrays)
-    revealed = {s.party: partial_inner_products(w, s, theta_frac_bits=theta_frac_bits) for s in shares}
+    # each member's partial_inner_products, computed for the whole coalition at once: the weights
+    # are encoded once per tensor and streamed once per cache block against every member's share
+    revealed: dict[int, dict[str, int]] = {s.party: {} for s in shares}
     lam = fieldobj.lagrange_at_zero([s.party for s in shares])
     cosines = []
     for name in names:
-        acc = 0
-        for lj, s in zip(lam, shares, strict=True):
-            acc = (acc + int(lj) * revealed[s.party][name]) % FIELD_PRIME
         theta = np.asarray(w[name], dtype=np.float64).ravel()
-        norm = float(_norm(theta))
+        norm = _norm(theta)
         bits = _theta_bits(norm, first.frac_bits, theta_frac_bits)
+        ys = _field.dots(_field.encode(theta, bits), [s.arrays[name].ravel() for s in shares])
+        acc = 0
+        for lj, s, yj in zip(lam, shares, ys, strict=True):
+            revealed[s.party][name] = yj
+            acc = (acc + int(lj) * yj) % FIELD_PRIME
         inner = _field.decode_signed_int(acc) / 2.0 ** (bits + first.frac_bits)
         cosines.append(0.0 if norm == 0.0 else inner / norm)
     cos = np.array(cosines)

@@ -47,6 +47,17 @@ def test_mulmod_and_dot_match_python_integers():
     dot = sum(int(x) * int(y) for x, y in zip(a.tolist(), b.tolist(), strict=True)) % P
     assert _field.dot(a, b) == dot
     assert _field.dot_numpy(a, b) == dot
+    assert _field.dots(a, [b, a], block=1000) == [dot, _field.dot(a, a)]
+
+
+def test_blocked_threaded_dots_on_long_vectors(monkeypatch):
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, P, size=300_001, dtype=np.uint64)
+    bs = [rng.integers(0, P, size=a.size, dtype=np.uint64) for _ in range(3)]
+    expect = [_field.dot_numpy(a, b) for b in bs]
+    monkeypatch.setattr(_field, "PARALLEL_MIN", 1000)  # force the threaded split on 2 threads
+    monkeypatch.setattr(_field.numba, "get_num_threads", lambda: 2)
+    assert _field.dots(a, bs) == expect
 
 
 def test_fixed_point_encoding_is_signed_and_checks_range():

@@ -90,6 +90,8 @@ def test_threshold_verification_equals_plaintext_z(t, K):
             det = threshold_verify(theta, coalition, return_details=True)
             assert det["z"] == pytest.approx(z_score(theta, key), abs=1e-6)
             assert all(len(v) == len(key) for v in det["revealed"].values())  # L scalars per member
+            j = coalition[0]
+            assert det["revealed"][j.party] == partial_inner_products(theta, j)  # what member j computes
     # a wrong key does not verify
     other = ShamirField(t, K).share(generate_key(watermark_shapes(model), seed=99), rng=0)
     assert abs(threshold_verify(theta, other[:t])) < 4
