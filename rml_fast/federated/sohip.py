@@ -404,7 +404,9 @@ def label_skew_split(
     """Pathological non-IID split: each client holds ``classes_per_client`` classes.
 
     Class assignment cycles through a random permutation of the classes so every class is held by
-    about ``num_clients * classes_per_client / C`` clients; a class's samples are shared evenly among
+    about ``num_clients * classes_per_client / C`` clients (client ``k`` takes the next
+    ``classes_per_client`` classes of the cycle, so with 10 clients and 2 of 10 classes each,
+    clients ``k`` and ``k + 5`` hold the same pair); a class's samples are shared evenly among
     its holders; each client's share is split into train and test in the same proportions per
     class (personalised evaluation on the client's own label distribution, as in the authors'
     heterogeneous-FL papers).
