@@ -194,11 +194,11 @@ def _figure(result: dict[str, Any], ad: TinyVLMAdapter, xs: torch.Tensor, adv: t
     idx = torch.tensor([[top[j]]])
     xs, adv = xs[j : j + 1], adv[j : j + 1]
     g = round(s.numel() ** 0.5)
-    axes[1].imshow(xs[0, 0], cmap="gray", vmin=0, vmax=1)
+    axes[1].imshow(xs[0, 0].numpy(), cmap="gray", vmin=0, vmax=1)
     axes[1].set_title("clean")
-    axes[2].imshow(adv[0, 0], cmap="gray", vmin=0, vmax=1)
+    axes[2].imshow(adv[0, 0].numpy(), cmap="gray", vmin=0, vmax=1)
     axes[2].set_title('patch attack -> "seven"')
-    axes[3].imshow(s.view(g, g), cmap="magma")
+    axes[3].imshow(s.view(g, g).numpy(), cmap="magma")
     for i in idx[0].tolist():
         axes[3].add_patch(plt.Rectangle((i % g - 0.5, i // g - 0.5), 1, 1, fill=False,
                                         edgecolor="cyan", linewidth=2))
