@@ -224,8 +224,7 @@ def _ghost_ref(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Ten
     return ghost_norm_sq_reference(A, D, A2, D2)
 
 
-@_ghost.register("native")
-def _ghost_native(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+def _ghost_native_raw(A: Any, D: Any, A2: Any, D2: Any) -> torch.Tensor:
     from rml_fast._native import _C
 
     A, D = A.detach().contiguous(), D.detach().contiguous()
@@ -241,11 +240,59 @@ def _ghost_native(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.
     return out
 
 
-@_ghost.register("triton")
-def _ghost_triton(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+def _ghost_triton_raw(A: Any, D: Any, A2: Any, D2: Any) -> torch.Tensor:
     from rml_fast.kernels.triton import clip as triton_clip
 
     return triton_clip.ghost_norm_sq(A, D, A2, D2)
+
+
+# ``rml_fast::ghost_norm_sq``: a torch custom operator (fake implementation and autograd), so
+# that torch.compile / torch.export capture the kernel as one node.
+@torch.library.custom_op("rml_fast::ghost_norm_sq", mutates_args=())
+def _op_ghost(A: torch.Tensor, D: torch.Tensor, A2: torch.Tensor | None, D2: torch.Tensor | None,
+              impl: str) -> torch.Tensor:
+    """Per-sample ``<D_i^T A_i, D2_i^T A2_i>_F`` (B,), float64."""
+    raw = _ghost_native_raw if impl == "native" else _ghost_triton_raw
+    return raw(A, D, A2, D2)
+
+
+@_op_ghost.register_fake
+def _op_ghost_fake(A, D, A2, D2, impl):
+    return A.new_empty(A.shape[0], dtype=torch.float64)
+
+
+def _ghost_setup(ctx, inputs, output):
+    A, D, A2, D2, _impl = inputs
+    ctx.cross = A2 is not None
+    ctx.save_for_backward(A, D, A2, D2)
+
+
+def _ghost_backward(ctx, g):
+    """n_i = <G_i, H_i>, G_i = D_i^T A_i, H_i = D2_i^T A2_i: dn/dA_i = D_i H_i, dn/dD_i = A_i H_i^T
+    (and symmetrically for A2, D2); without a second factor H = G and the gradients double."""
+    A, D, A2, D2 = ctx.saved_tensors
+    gw = g.to(A.dtype)[:, None, None]
+    G = torch.einsum("bsp,bsd->bpd", D, A)
+    if not ctx.cross:
+        H = G * (2 * gw)
+        return torch.einsum("bsp,bpd->bsd", D, H), torch.einsum("bsd,bpd->bsp", A, H), None, None, None
+    H = torch.einsum("bsp,bsd->bpd", D2, A2) * gw
+    G = G * gw
+    return (torch.einsum("bsp,bpd->bsd", D, H), torch.einsum("bsd,bpd->bsp", A, H),
+            torch.einsum("bsp,bpd->bsd", D2, G), torch.einsum("bsd,bpd->bsp", A2, G), None)
+
+
+_op_ghost.register_autograd(_ghost_backward, setup_context=_ghost_setup)
+
+
+@_ghost.register("native")
+def _ghost_native(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+    return _op_ghost(A, D, A2, D2, "native")
+
+
+@_ghost.register("triton")
+def _ghost_triton(A: Any, D: Any, A2: Any, D2: Any, *, device: Device) -> torch.Tensor:
+    return _op_ghost(A, D, A2, D2, "triton")
 
 
 # --- scaled accumulate -------------------------------------------------------------------
@@ -364,9 +411,8 @@ def _acc_ref(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int,
     return scaled_outer_accumulate_reference(A, D, w, S, noise_std=std, seed=seed, offset=offset)
 
 
-@_accumulate.register("native")
-def _acc_native(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
-                device: Device) -> torch.Tensor:
+def _acc_native_raw(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int
+                    ) -> torch.Tensor:
     from rml_fast._native import _C
 
     A, D, w = A.detach().contiguous(), D.detach().contiguous(), w.detach().contiguous()
@@ -377,12 +423,57 @@ def _acc_native(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: i
     return out
 
 
-@_accumulate.register("triton")
-def _acc_triton(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
-                device: Device) -> torch.Tensor:
+def _acc_triton_raw(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int
+                    ) -> torch.Tensor:
     from rml_fast.kernels.triton import clip as triton_clip
 
     return triton_clip.scaled_outer_accumulate(A, D, w, S, std, seed, offset)
+
+
+# ``rml_fast::scaled_outer_accumulate``: a torch custom operator (fake implementation and
+# autograd; the noise term has no gradient).
+@torch.library.custom_op("rml_fast::scaled_outer_accumulate", mutates_args=())
+def _op_acc(A: torch.Tensor, D: torch.Tensor, w: torch.Tensor, seq_len: int, noise_std: float,
+            seed: int, offset: int, impl: str) -> torch.Tensor:
+    """``sum_i w_i D_i^T A_i + sigma z`` (p, d)."""
+    raw = _acc_native_raw if impl == "native" else _acc_triton_raw
+    return raw(A, D, w, seq_len, noise_std, seed, offset)
+
+
+@_op_acc.register_fake
+def _op_acc_fake(A, D, w, seq_len, noise_std, seed, offset, impl):
+    return A.new_empty(D.shape[1], A.shape[1])
+
+
+def _acc_setup(ctx, inputs, output):
+    A, D, w, seq_len = inputs[:4]
+    ctx.seq_len = seq_len
+    ctx.save_for_backward(A, D, w)
+
+
+def _acc_backward(ctx, g):
+    """out = D^T diag(w_r) A: dA = w_r D g, dD = w_r A g^T, dw_i = sum_{r in i} D_r^T g A_r."""
+    A, D, w = ctx.saved_tensors
+    wr = w.repeat_interleave(ctx.seq_len)[:, None]
+    g = g.to(A.dtype)
+    Dg = D @ g  # (B S, d)
+    gw = (Dg * A).sum(-1).reshape(-1, ctx.seq_len).sum(-1)
+    return wr * Dg, wr * (A @ g.T), gw, None, None, None, None, None
+
+
+_op_acc.register_autograd(_acc_backward, setup_context=_acc_setup)
+
+
+@_accumulate.register("native")
+def _acc_native(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+                device: Device) -> torch.Tensor:
+    return _op_acc(A, D, w, S, std, seed, offset, "native")
+
+
+@_accumulate.register("triton")
+def _acc_triton(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offset: int, *,
+                device: Device) -> torch.Tensor:
+    return _op_acc(A, D, w, S, std, seed, offset, "triton")
 
 
 _BLAS_CACHE: dict[torch.dtype, int] = {}

@@ -25,6 +25,7 @@ materialised phases (float64 when given float64; use them as the ground truth).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -182,15 +183,24 @@ def _check_tensor(t: Any, name: str, ndim: int, *, complex_ok: bool = False) -> 
     return t
 
 
+def _tracing(t: torch.Tensor) -> bool:
+    """True under ``torch.compile`` / ``torch.export`` tracing, where values are not known."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return (bool(torch.compiler.is_compiling()) or bool(torch.compiler.is_exporting())
+            or isinstance(t, FakeTensor))
+
+
 def _check_finite(t: torch.Tensor, name: str) -> None:
     """Raise ValueError if ``t`` holds NaN or +-inf.
 
-    One summation pass (NaN and inf propagate into the sum; ~1 ms for 4M float32 on one thread,
+    Skipped while ``torch.compile`` / ``torch.export`` trace (the values are unknown then; eager
+    calls are checked). One summation pass (NaN and inf propagate into the sum; ~1 ms for 4M float32 on one thread,
     a tenth of ``isfinite(t).all()``, which allocates a mask); only a non-finite sum (also a sum
     of finite values that overflows) is confirmed with the exact elementwise test.
     """
     t = t.detach()
-    if t.numel() == 0 or bool(torch.isfinite(t.sum())):
+    if _tracing(t) or t.numel() == 0 or bool(torch.isfinite(t.sum())):
         return
     bad = ~torch.isfinite(t)
     if bool(bad.any()):
@@ -311,93 +321,146 @@ _RAW = {
 }
 
 
-# --- autograd functions --------------------------------------------------------------------
+# --- torch custom operators -------------------------------------------------------------
+# The raw backends are registered as ``torch.library`` custom operators (``rml_fast::nudft_type1``
+# and ``rml_fast::nudft_type2``) with fake (meta) implementations and autograd formulas, so that
+# ``torch.compile`` traces through them without graph breaks and ``torch.export`` captures them as
+# single nodes. A grid crosses the operator boundary as (dim, max_freq, resolution).
 
 
-class _Type1(torch.autograd.Function):
-    """(x, v) -> (re, im, dre, dim); the backward is a type-2 transform (the adjoint)."""
-
-    @staticmethod
-    def forward(ctx, x, v, grid, sign, density, impl):  # type: ignore[override]
-        t1, _ = _RAW[impl]
-        re, im, dre, dim = t1(x, v, grid, sign, density)
-        ctx.save_for_backward(x, v)
-        ctx.grid, ctx.sign, ctx.density, ctx.impl = grid, sign, density, impl
-        if not density:
-            return re, im
-        return re, im, dre, dim
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, *grads):  # type: ignore[override]
-        x, v = ctx.saved_tensors
-        grid, s, impl = ctx.grid, ctx.sign, ctx.impl
-        _, t2 = _RAW[impl]
-        g_re, g_im = grads[0], grads[1]  # materialised: zeros for unused outputs
-        ones_f = torch.ones(grid.n_freq, dtype=x.dtype, device=x.device)
-        gx = gv = None
-        if ctx.needs_input_grad[1]:
-            # dL/dv = Re(sum_f (g_re + i g_im) e^{-s i theta})
-            gv = t2(x, g_re.contiguous(), g_im.contiguous(), ones_f, grid, -s)
-        if ctx.needs_input_grad[0]:
-            gr, gi, vv = g_re, g_im, v
-            if ctx.density:  # the density is the transform of a channel of ones
-                gr = torch.cat([gr, grads[2][..., None]], dim=-1)
-                gi = torch.cat([gi, grads[3][..., None]], dim=-1)
-                vv = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
-            xi = grid.xi_as(x)
-            cols = []
-            for i in range(grid.dim):
-                # T = sum_f 2 pi xi_fi (-g_re sin + s g_im cos) = type2(s g_im, -s g_re; sign -s)
-                t = t2(
-                    x,
-                    (s * gi).contiguous(),
-                    (-s * gr).contiguous(),
-                    2 * math.pi * xi[:, i],
-                    grid,
-                    -s,
-                )
-                cols.append((vv * t).sum(-1))
-            gx = torch.stack(cols, dim=-1)
-        return gx, gv, None, None, None, None
+@functools.lru_cache(maxsize=64)
+def _grid_of(dim: int, max_freq: tuple[float, ...], resolution: tuple[float, ...]) -> FrequencyGrid:
+    return FrequencyGrid(dim, list(max_freq), list(resolution))
 
 
-class _Type2(torch.autograd.Function):
-    """(x, re, im) -> y with fixed weights w; the backward is a type-1 transform."""
+def _xi_fresh(grid: FrequencyGrid, like: torch.Tensor) -> torch.Tensor:
+    """``grid.xi_as(like)`` rebuilt from factory calls (the same float64 values), so that it is a
+    fake tensor under fake-tensor tracing instead of a captured real constant."""
+    ks = [torch.arange(-k, k + 1, dtype=torch.float64, device=like.device) for k in grid.K[:-1]]
+    ks.append(torch.arange(0, grid.K[-1] + 1, dtype=torch.float64, device=like.device))
+    mesh = torch.meshgrid(*ks, indexing="ij")
+    xi = torch.stack([m.reshape(-1) * r for m, r in zip(mesh, grid.resolution, strict=True)], -1)
+    return xi.to(like.dtype)
 
-    @staticmethod
-    def forward(ctx, x, re, im, w, grid, sign, impl):  # type: ignore[override]
-        _, t2 = _RAW[impl]
-        y = t2(x, re, im, w, grid, sign)
-        if ctx.needs_input_grad[0]:  # the coefficients are only needed for the position gradient
-            ctx.save_for_backward(x, re, im, w)
-        else:
-            ctx.save_for_backward(x, None, None, w)
-        ctx.grid, ctx.sign, ctx.impl = grid, sign, impl
-        return y
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):  # type: ignore[override]
-        x, re, im, w = ctx.saved_tensors
-        grid, s, impl = ctx.grid, ctx.sign, ctx.impl
-        t1, t2 = _RAW[impl]
-        g = g.contiguous()
-        gx = gre = gim = None
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            # dL/dre = w sum_m g cos, dL/dim = -s w sum_m g sin  (a type 1 with sign -s)
-            r1, i1, _, _ = t1(x, g, grid, -s, False)
-            gre = r1.mul_(w[:, None])  # fresh outputs of the raw transform: scale in place
-            gim = i1.mul_(w[:, None])
-        if ctx.needs_input_grad[0]:
-            xi = grid.xi_as(x)
-            cols = []
-            for i in range(grid.dim):
-                wi = w * (2 * math.pi) * xi[:, i]
-                t = t2(x, (-s * im).contiguous(), (s * re).contiguous(), wi, grid, s)
-                cols.append((g * t).sum(-1))
-            gx = torch.stack(cols, dim=-1)
-        return gx, gre, gim, None, None, None, None
+def _grid_key(grid: FrequencyGrid) -> tuple[int, list[float], list[float]]:
+    return grid.dim, list(grid.max_freq), list(grid.resolution)
+
+
+@torch.library.custom_op("rml_fast::nudft_type1", mutates_args=())
+def _op_type1(
+    x: torch.Tensor, v: torch.Tensor, dim: int, max_freq: list[float], resolution: list[float],
+    sign: int, density: bool, impl: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, v) -> (re, im, dre, dim); without ``density`` the last two are empty tensors."""
+    grid = _grid_of(dim, tuple(max_freq), tuple(resolution))
+    re, im, dre, dim_ = _RAW[impl][0](x, v, grid, sign, density)
+    if not density:
+        dre, dim_ = x.new_empty(0), x.new_empty(0)
+    return re, im, dre, dim_
+
+
+@_op_type1.register_fake
+def _op_type1_fake(x, v, dim, max_freq, resolution, sign, density, impl):
+    n_freq = _grid_of(dim, tuple(max_freq), tuple(resolution)).n_freq
+    B, C = v.shape[0], v.shape[2]
+    dshape = (B, n_freq) if density else (0,)
+    return (x.new_empty(B, n_freq, C), x.new_empty(B, n_freq, C), x.new_empty(dshape),
+            x.new_empty(dshape))
+
+
+@torch.library.custom_op("rml_fast::nudft_type2", mutates_args=())
+def _op_type2(
+    x: torch.Tensor, re: torch.Tensor, im: torch.Tensor, w: torch.Tensor, dim: int,
+    max_freq: list[float], resolution: list[float], sign: int, impl: str,
+) -> torch.Tensor:
+    """(x, re, im) -> y with fixed weights ``w``."""
+    grid = _grid_of(dim, tuple(max_freq), tuple(resolution))
+    return _RAW[impl][1](x, re, im, w, grid, sign)
+
+
+@_op_type2.register_fake
+def _op_type2_fake(x, re, im, w, dim, max_freq, resolution, sign, impl):
+    return x.new_empty(x.shape[0], x.shape[1], re.shape[2])
+
+
+def _type1_setup(ctx, inputs, output):
+    x, v, dim, max_freq, resolution, sign, density, impl = inputs
+    ctx.save_for_backward(x, v)
+    ctx.args = (dim, max_freq, resolution, sign, density, impl)
+
+
+def _type1_backward(ctx, g_re, g_im, g_dre, g_dim):
+    """The adjoint: type-2 transforms (one for ``v``, one per axis for ``x``)."""
+    x, v = ctx.saved_tensors
+    dim, mf, res, s, density, impl = ctx.args
+    grid = _grid_of(dim, tuple(mf), tuple(res))
+    ones_f = torch.ones(grid.n_freq, dtype=x.dtype, device=x.device)
+    gx = gv = None
+    if ctx.needs_input_grad[1]:
+        # dL/dv = Re(sum_f (g_re + i g_im) e^{-s i theta})
+        gv = _op_type2(x, g_re.contiguous(), g_im.contiguous(), ones_f, dim, mf, res, -s, impl)
+    if ctx.needs_input_grad[0]:
+        gr, gi, vv = g_re, g_im, v
+        if density:  # the density is the transform of a channel of ones
+            gr = torch.cat([gr, g_dre[..., None]], dim=-1)
+            gi = torch.cat([gi, g_dim[..., None]], dim=-1)
+            vv = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+        xi = _xi_fresh(grid, x)
+        cols = []
+        for i in range(grid.dim):
+            # T = sum_f 2 pi xi_fi (-g_re sin + s g_im cos) = type2(s g_im, -s g_re; sign -s)
+            t = _op_type2(x, (s * gi).contiguous(), (-s * gr).contiguous(),
+                          2 * math.pi * xi[:, i], dim, mf, res, -s, impl)
+            cols.append((vv * t).sum(-1))
+        gx = torch.stack(cols, dim=-1)
+    return gx, gv, None, None, None, None, None, None
+
+
+def _type2_setup(ctx, inputs, output):
+    x, re, im, w, dim, max_freq, resolution, sign, impl = inputs
+    if ctx.needs_input_grad[0]:  # the coefficients are only needed for the position gradient
+        ctx.save_for_backward(x, re, im, w)
+    else:
+        ctx.save_for_backward(x, None, None, w)
+    ctx.args = (dim, max_freq, resolution, sign, impl)
+
+
+def _type2_backward(ctx, g):
+    """The adjoint: a type-1 transform for the coefficients, type 2 per axis for ``x``."""
+    x, re, im, w = ctx.saved_tensors
+    dim, mf, res, s, impl = ctx.args
+    grid = _grid_of(dim, tuple(mf), tuple(res))
+    g = g.contiguous()
+    gx = gre = gim = None
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        # dL/dre = w sum_m g cos, dL/dim = -s w sum_m g sin  (a type 1 with sign -s)
+        r1, i1, _, _ = _op_type1(x, g, dim, mf, res, -s, False, impl)
+        gre = r1.mul_(w[:, None])  # fresh outputs of the operator: scale in place
+        gim = i1.mul_(w[:, None])
+    if ctx.needs_input_grad[0]:
+        xi = _xi_fresh(grid, x)
+        cols = []
+        for i in range(grid.dim):
+            wi = w * (2 * math.pi) * xi[:, i]
+            t = _op_type2(x, (-s * im).contiguous(), (s * re).contiguous(), wi, dim, mf, res, s,
+                          impl)
+            cols.append((g * t).sum(-1))
+        gx = torch.stack(cols, dim=-1)
+    return gx, gre, gim, None, None, None, None, None, None
+
+
+_op_type1.register_autograd(_type1_backward, setup_context=_type1_setup)
+_op_type2.register_autograd(_type2_backward, setup_context=_type2_setup)
+
+
+def _apply_type1(x, v, grid, sign, density, impl):
+    re, im, dre, dim = _op_type1(x, v, *_grid_key(grid), sign, density, impl)
+    return (re, im, dre, dim) if density else (re, im, None, None)
+
+
+def _apply_type2(x, re, im, w, grid, sign, impl):
+    return _op_type2(x, re, im, w, *_grid_key(grid), sign, impl)
 
 
 # --- dispatch --------------------------------------------------------------------------------
@@ -426,14 +489,12 @@ def _type1_ref(x, v, grid, sign, density, *, device: Device):
 
 @_type1.register("native")
 def _type1_native(x, v, grid, sign, density, *, device: Device):
-    out = _Type1.apply(x, v, grid, sign, density, "native")
-    return (*out, None, None) if not density else out
+    return _apply_type1(x, v, grid, sign, density, "native")
 
 
 @_type1.register("triton")
 def _type1_triton(x, v, grid, sign, density, *, device: Device):
-    out = _Type1.apply(x, v, grid, sign, density, "triton")
-    return (*out, None, None) if not density else out
+    return _apply_type1(x, v, grid, sign, density, "triton")
 
 
 @_type2.register("reference")
@@ -446,12 +507,12 @@ def _type2_ref(x, re, im, w, grid, sign, *, device: Device):
 
 @_type2.register("native")
 def _type2_native(x, re, im, w, grid, sign, *, device: Device):
-    return _Type2.apply(x, re, im, w, grid, sign, "native")
+    return _apply_type2(x, re, im, w, grid, sign, "native")
 
 
 @_type2.register("triton")
 def _type2_triton(x, re, im, w, grid, sign, *, device: Device):
-    return _Type2.apply(x, re, im, w, grid, sign, "triton")
+    return _apply_type2(x, re, im, w, grid, sign, "triton")
 
 
 def _check_backend(backend: Any) -> str:
@@ -472,21 +533,26 @@ def _use_nufft(x: torch.Tensor, backend: str, grid: FrequencyGrid, points: int, 
         return True
     if backend != "auto" or x.device.type != "cpu":
         return False
+    return _prefer_nufft(grid, int(points), int(chans), x.dtype)
+
+
+@torch.compiler.assume_constant_result
+def _prefer_nufft(grid: FrequencyGrid, points: int, chans: int, dtype: torch.dtype) -> bool:
+    """The NUFFT cost model (NumPy setup work); a constant of the shapes for torch.compile."""
     from rml_fast.kernels._nufft import prefer_nufft
 
-    return prefer_nufft(grid, points, chans, x.dtype)
+    return prefer_nufft(grid, points, chans, dtype)
 
 
 def _dispatch1(x, v, grid, sign, density, *, device: Device, backend: str):
     if _use_nufft(x, backend, grid, x.shape[1], v.shape[-1] + int(density)):
-        out = _Type1.apply(x, v, grid, sign, density, "nufft")
-        return (*out, None, None) if not density else out
+        return _apply_type1(x, v, grid, sign, density, "nufft")
     return _type1(x, v, grid, sign, density, device=device, backend=backend)
 
 
 def _dispatch2(x, re, im, w, grid, sign, *, device: Device, backend: str):
     if _use_nufft(x, backend, grid, x.shape[1], re.shape[-1]):
-        return _Type2.apply(x, re, im, w, grid, sign, "nufft")
+        return _apply_type2(x, re, im, w, grid, sign, "nufft")
     return _type2(x, re, im, w, grid, sign, device=device, backend=backend)
 
 

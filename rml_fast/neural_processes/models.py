@@ -327,9 +327,23 @@ class SFConvCNP(nn.Module):
         float64 inputs to a float32 model give float64 predictions (the parameters are cast
         for the call, gradients still reach them). Warns (``UserWarning``) when a task's
         inputs span at least the period ``1 / freq_resolution`` of the frequency grid, where
-        predictions repeat with that period.
+        predictions repeat with that period. Under ``torch.compile`` / ``torch.export`` only
+        the static checks run (no periodicity warning, no dtype promotion: inputs wider than the
+        parameters raise ``TypeError``).
         """
-        if _PROMOTED_CALL.get() != id(self):  # not the inner call of a dtype promotion
+        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if traced:
+            # traced by torch.compile / torch.export: static checks only (values are unknown),
+            # and no dtype promotion: wider inputs than the parameters are refused
+            self._check(xc, yc, xq)
+            pdt = self.y_encoder[0].weight.dtype
+            for t, n in ((xc, "xc"), (yc, "yc"), (xq, "xq")):
+                if torch.promote_types(t.dtype, pdt) != pdt:
+                    raise TypeError(
+                        f"{n} has dtype {t.dtype}, wider than the model's {pdt}: under "
+                        f"torch.compile / torch.export, cast the model (e.g. model.double()) first"
+                    )
+        elif _PROMOTED_CALL.get() != id(self):  # not the inner call of a dtype promotion
             self._check(xc, yc, xq)
             self._warn_if_periodic(xc, xq)
             pdt = self.y_encoder[0].weight.dtype
@@ -364,7 +378,9 @@ class SFConvCNP(nn.Module):
             zc = zc_new
         out = self.decoder(zq)
         mu, raw = out[..., : self.dim_y], out[..., self.dim_y :]
-        return torch.distributions.Normal(mu, F_.softplus(raw) + self.min_std)
+        # the scale is positive by construction; traced graphs cannot check values
+        return torch.distributions.Normal(mu, F_.softplus(raw) + self.min_std,
+                                          validate_args=False if traced else None)
 
 
 class SFVConvCNP(SFConvCNP):

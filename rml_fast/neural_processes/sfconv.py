@@ -398,6 +398,7 @@ class SetFourierConv(nn.Module):
         return {
             "chan": chan,  # (G, a): channel of every input
             "dens": dens,  # (G, a): whether the input is a density channel
+            "dgroups": [g for g in range(G) if bool(dens[g].any())],  # groups with densities
             "g0": g0,
             "g1": g0 + len(feat_groups),
             "rows": rows[0],  # (L,): rows of the feature inputs within a group
@@ -491,13 +492,16 @@ class SetFourierConv(nn.Module):
         G, L = self.groups, lay["L"]
         g0, g1 = lay["g0"], lay["g1"]
         gh = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
-        if lay["blocked"] and self.fused_product and re.device.type == "cpu":
+        # the fused node writes into preallocated buffers (out=), which torch.compile cannot
+        # trace; traced graphs take the equivalent unfused formulation below (Inductor fuses it)
+        fused = self.fused_product and not torch.compiler.is_compiling()
+        if lay["blocked"] and fused and re.device.type == "cpu":
             return _BlockedSplitProduct.apply(re, im, dre, dim, self.weight, gh, g0)
         w_re, w_im = self._weight_planes(self.weight, re.dtype)  # (F, nb, G, a, b)
         # density term: U (F, nb, G, b)
         dev = gh.device  # the index maps live on the CPU
         gd = gh[:, lay["chan"].to(dev)] * lay["dens"].to(device=dev, dtype=re.dtype)  # (F, G, a)
-        dgroups = [g for g in range(G) if bool(lay["dens"][g].any())]
+        dgroups = lay["dgroups"]
         d0, d1 = dgroups[0], dgroups[-1] + 1
         gd = gd[:, d0:d1]
         u_re = torch.einsum("fga,fngab->fngb", gd, w_re[:, :, d0:d1])
