@@ -745,7 +745,7 @@ def trustless_keygen(
     norms = {}
     additive: list[dict[str, np.ndarray]] = [{} for _ in range(K)]
     for name in shapes:
-        total = sum(r[name] for r in raw)
+        total = np.sum([r[name] for r in raw], axis=0)
         n = float(_norm(total))
         norms[name] = n
         for k in range(K):
@@ -793,8 +793,9 @@ def null_sigma(shapes: Mapping[str, tuple[int, ...]] | Mapping[str, np.ndarray])
     0.0707106781
     """
     if isinstance(shapes, Mapping) and shapes and all(isinstance(v, np.ndarray) for v in shapes.values()):
-        shapes = {k: v.shape for k, v in shapes.items()}
-    shp = _check_shapes(shapes)
+        shp = _check_shapes({k: np.shape(v) for k, v in shapes.items()})
+    else:
+        shp = _check_shapes(shapes)
     L = len(shp)
     return math.sqrt(sum(1.0 / int(np.prod(s)) for s in shp.values())) / L
 

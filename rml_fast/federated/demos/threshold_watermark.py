@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -233,11 +233,12 @@ def run(*, seed: int = 0, quick: bool = False, out: str | Path | None = None,
             bar.update(1)
     if bar is not None:
         bar.close()
-    assert default is not None
+    if default is None:  # pragma: no cover - the grid always holds c_default
+        raise RuntimeError("the strength grid lacks the default strength")
     t, K = 8, 16
     shares = ShamirField(t, K).share(default["key"], rng=seed)
     coalition = [shares[j] for j in np.random.default_rng(seed).choice(K, size=t, replace=False)]
-    z_thr = float(threshold_verify(default["weights"], coalition))
+    z_thr = float(cast(float, threshold_verify(default["weights"], coalition)))
     result = {
         "rows": rows,
         "baseline": {"accuracy": base["accuracy"], "z": base["z"]},
