@@ -32,6 +32,7 @@ from scipy import special
 from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.kernels import sgg as _k
 from rml_fast.kernels.random import seed_from_rng
+from rml_fast.privacy import _snapping
 from rml_fast.privacy._pld_discretise import (
     _directions,
     _find_bound,
@@ -75,21 +76,45 @@ class SGGMechanism:
         Power, > 0. ``p = 2`` is Gaussian, ``p = 1`` the l2 mechanism.
     sensitivity : float, default=1.0
         l2 sensitivity Delta of the query, > 0.
+    granularity : "auto", float or None, default="auto"
+        Floating-point-safe release ("snapping"). With a power of two ``g``,
+        :meth:`randomize` releases ``g (rnd(x / g) + rnd(X / g))``, ``rnd(t) =
+        floor(t + 1/2)``: every released value is an exact multiple of ``g`` and the
+        release is a post-processing of the exact mechanism applied to the rounded input
+        ``g rnd(x / g)`` (Mironov, CCS 2012, snapping; Google differential-privacy "Secure
+        Noise Generation" granularity). ``"auto"``: the largest power of two <=
+        ``Delta 2**-20 / sqrt(dim)``, but at least the smallest one >= ``std 2**-40``
+        (``rml_fast.privacy._snapping.auto_granularity``). The accounting
+        (:meth:`pld`, :meth:`delta_for_epsilon`, :meth:`epsilon_for_delta`,
+        :meth:`calibrate`) then uses the sensitivity of the rounded query,
+        :attr:`accounting_sensitivity`: ``g ceil(Delta / g)`` in one dimension (= Delta
+        when Delta is a multiple of g) and ``Delta + g sqrt(dim)`` otherwise. An explicit
+        float must be a power of two >= ``std * 2**-52`` (finer grids cannot hide the
+        noise's own float64 resolution). ``None`` is the former exact-arithmetic-only
+        behaviour: ``fl(x + X)``, NOT floating-point safe (its low bits leak ``x``).
 
     References
     ----------
     Wei, Bienstock, Polychroniadou, arXiv 2606.08681 (SGG family; parametrisation
     [PROPOSED]). Joseph, Kulesza, Yu, arXiv 2502.15929 (l2 mechanism). Balle & Wang,
-    arXiv 1805.06530 (analytic Gaussian mechanism).
+    arXiv 1805.06530 (analytic Gaussian mechanism). Mironov, "On significance of the least
+    significant bits for differential privacy", CCS 2012 (the low-bit attack and
+    snapping); Holohan & Braghin, "Secure random sampling in differential privacy",
+    ESORICS 2021.
 
     Examples
     --------
+    >>> import numpy as np
     >>> from rml_fast.privacy import SGGMechanism
     >>> mech = SGGMechanism.gaussian(dim=10, std=2.0)
     >>> round(mech.mse(), 6)
     40.0
     >>> mech.sample(3, rng=0).shape
     (3, 10)
+    >>> g = mech.grid                      # the snapping granularity, 2**-22 here
+    >>> y = mech.randomize(np.zeros(10), rng=0)
+    >>> bool(np.all(y / g == np.round(y / g)))   # every released value is a multiple of g
+    True
     """
 
     dim: int
@@ -97,6 +122,7 @@ class SGGMechanism:
     k: float | None = None
     p: float = 2.0
     sensitivity: float = 1.0
+    granularity: float | str | None = "auto"
 
     def __post_init__(self) -> None:
         dim = int(check_scalar(self.dim, "dim", Interval("int", 1, None)))
@@ -108,18 +134,52 @@ class SGGMechanism:
         object.__setattr__(
             self, "sensitivity", float(check_scalar(self.sensitivity, "sensitivity", _POS))
         )
+        gran = _snapping.check_granularity(self.granularity)
+        object.__setattr__(self, "granularity", gran)
+        if isinstance(gran, float) and gran < math.ldexp(self.std, -52):
+            raise ValueError(
+                f"granularity={gran!r} is below the float64 resolution of the noise "
+                f"(std * 2**-52 = {math.ldexp(self.std, -52)!r}); use a power of two >= that, "
+                "'auto' or None"
+            )
 
     # -- members -----------------------------------------------------------------------
     @classmethod
-    def gaussian(cls, dim: int, std: float, sensitivity: float = 1.0) -> SGGMechanism:
+    def gaussian(
+        cls, dim: int, std: float, sensitivity: float = 1.0, *, granularity: float | str | None = "auto"
+    ) -> SGGMechanism:
         """The Gaussian mechanism ``N(0, std^2 I_dim)``: ``sigma = sqrt(2) std, k = dim, p = 2``."""
         std = float(check_scalar(std, "std", _POS))
-        return cls(dim, math.sqrt(2.0) * std, None, 2.0, sensitivity)
+        return cls(dim, math.sqrt(2.0) * std, None, 2.0, sensitivity, granularity)
 
     @classmethod
-    def l2(cls, dim: int, sigma: float, sensitivity: float = 1.0) -> SGGMechanism:
+    def l2(
+        cls, dim: int, sigma: float, sensitivity: float = 1.0, *, granularity: float | str | None = "auto"
+    ) -> SGGMechanism:
         """The l2 mechanism ``f(x) ~ exp(-||x|| / sigma)``: ``k = dim, p = 1``."""
-        return cls(dim, sigma, None, 1.0, sensitivity)
+        return cls(dim, sigma, None, 1.0, sensitivity, granularity)
+
+    @property
+    def grid(self) -> float | None:
+        """The snapping granularity ``g`` in use (a power of two), or None when it is off.
+
+        ``"auto"``: ``max(pow2_floor(Delta 2**-20 / sqrt(dim)), pow2_ceil(std 2**-40))``.
+        """
+        if self.granularity is None:
+            return None
+        if self.granularity == "auto":
+            return _snapping.auto_granularity(self.sensitivity, self.dim, self.std)
+        return float(self.granularity)  # type: ignore[arg-type]
+
+    @property
+    def accounting_sensitivity(self) -> float:
+        """The l2 sensitivity the accountant uses: that of the rounded query ``g rnd(x/g)``.
+
+        ``g ceil(Delta / g)`` for ``dim = 1`` (``< Delta + g``; equal to Delta when Delta is
+        a multiple of g), ``Delta + g sqrt(dim)`` for ``dim >= 2``, Delta without snapping
+        (see ``rml_fast.privacy._snapping.effective_sensitivity``).
+        """
+        return _snapping.effective_sensitivity(self.sensitivity, self.grid, self.dim)
 
     @property
     def _k(self) -> float:
@@ -162,25 +222,83 @@ class SGGMechanism:
         )
 
     def randomize(self, x: Any, rng: Any = None) -> Any:
-        """Return ``x + X``: NumPy array or torch tensor of shape (dim,) or (n, dim).
+        """Release ``x + X`` (floating-point safe by default): NumPy array or torch tensor.
 
-        The noise has the input's dtype and device; float64 is never downcast. ``x`` is
-        not modified.
+        With snapping (``granularity`` not None; ``g = self.grid``) the release is
+        ``g (rnd(x / g) + rnd(X / g))``, ``rnd(t) = floor(t + 1/2)``, computed exactly in
+        float64 and cast to the input's dtype: every value is a multiple of ``g`` and the
+        release is a post-processing of the exact mechanism on the rounded input (see
+        :attr:`accounting_sensitivity`). With ``granularity=None``: ``fl(x + X)``, not
+        floating-point safe (Mironov 2012).
+
+        Parameters
+        ----------
+        x : ndarray or torch.Tensor of shape (dim,) or (n, dim), float32 or float64
+            Not modified. With snapping, ``|x| <= 2**51 g`` is required (so that the
+            grid sum stays exact in float64).
+        rng : numpy.random.Generator, int or None
+            Source of the Philox stream key.
+
+        Returns
+        -------
+        ndarray or torch.Tensor
+            Same shape, dtype and device as ``x`` (float64 is never downcast).
+
+        Raises
+        ------
+        ValueError
+            For a wrong shape, non-finite values, or ``|x| > 2**51 g`` with snapping.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from rml_fast.privacy import SGGMechanism
+        >>> m = SGGMechanism.gaussian(1, std=1.0)
+        >>> y = m.randomize(np.ones((4, 1)), rng=0)
+        >>> g = m.grid
+        >>> bool(np.all(np.floor(y / g) == y / g)), y.dtype
+        (True, dtype('float64'))
         """
-        if hasattr(x, "detach") and type(x).__module__.startswith("torch"):
+        is_torch = hasattr(x, "detach") and type(x).__module__.startswith("torch")
+        if is_torch:
             if x.ndim not in (1, 2) or x.shape[-1] != self.dim:
                 raise ValueError(f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {tuple(x.shape)}")
             if not x.dtype.is_floating_point or x.dtype not in _torch_float_dtypes():
                 raise TypeError(f"x must be a float32 or float64 tensor, got {x.dtype}")
             if not bool(x.isfinite().all()):
                 raise ValueError("x must be finite")
-            noise = _k.noise_like(x, self.sigma, self._k, self.p, seed_from_rng(rng))
-            return noise.add_(x)  # in place into the fresh noise buffer: no extra (n, dim) copy
-        arr = check_array(x, "x", ndim=(1, 2))
-        if arr.shape[-1] != self.dim:
-            raise ValueError(f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {arr.shape}")
-        noise = _k.noise_like(arr, self.sigma, self._k, self.p, seed_from_rng(rng))
-        return np.add(noise, arr, out=noise)  # one (n, dim) buffer: the noise, then x added in place
+            arr = x
+        else:
+            arr = check_array(x, "x", ndim=(1, 2))
+            if arr.shape[-1] != self.dim:
+                raise ValueError(f"x must have shape (dim,) or (n, dim) with dim={self.dim}, got {arr.shape}")
+        g = self.grid
+        if g is None:
+            noise = _k.noise_like(arr, self.sigma, self._k, self.p, seed_from_rng(rng))
+            if is_torch:
+                return noise.add_(arr)  # in place into the fresh noise buffer: no extra (n, dim) copy
+            return np.add(noise, arr, out=noise)  # one (n, dim) buffer: the noise, then x added in place
+        bound = _snapping.MAX_GRID_UNITS * g
+        amax = float(arr.abs().max()) if is_torch else float(np.max(np.abs(arr), initial=0.0))
+        if amax > bound:
+            raise ValueError(
+                f"x has |x| up to {amax!r}, beyond the range 2**51 * granularity = {bound!r} where "
+                f"the grid of g = {g!r} is exact in float64; pass a coarser power-of-two "
+                "granularity (accounted as sensitivity + g) or rescale the query"
+            )
+        n = 1 if arr.ndim == 1 else int(arr.shape[0])
+        if is_torch:
+            import torch
+
+            noise = _k.sgg_sample(
+                n, self.dim, self.sigma, self._k, self.p, seed_from_rng(rng),
+                dtype=torch.float64, device=arr.device,
+            ).reshape(arr.shape)
+        else:
+            noise = _k.sgg_sample(
+                n, self.dim, self.sigma, self._k, self.p, seed_from_rng(rng), dtype=np.float64
+            ).reshape(arr.shape)
+        return _snapping.snap_release(arr, noise, g, arr.dtype)
 
     def privacy_loss(self, x: Any) -> np.ndarray:
         """``L(x) = ln f(x) / f(x - Delta e1) = phi(||x - Delta e1||) - phi(||x||)``.
@@ -243,7 +361,7 @@ class SGGMechanism:
             raise ValueError(f"estimator must be 'connect_dots' or 'bucket', got {estimator!r}")
         if method == "auto" and self.is_gaussian:
             return PrivacyLossDistribution.from_gaussian(
-                self.sigma / math.sqrt(2.0), self.sensitivity, h,
+                self.sigma / math.sqrt(2.0), self.accounting_sensitivity, h,
                 sampling_prob=q, relation=relation, tail_mass_truncation=tail, estimator=estimator,
             )
         cdf = self._cdf_fn(num_nodes)
@@ -259,16 +377,20 @@ class SGGMechanism:
         return PrivacyLossDistribution(_directions(model, h, q, relation, tail, upper, estimator))
 
     def _cdf_fn(self, num_nodes: int | None) -> Any:
-        """Vectorised loss CDF P(L <= l); -inf -> 0, +inf -> 1, NaN stays NaN."""
+        """Vectorised loss CDF P(L <= l); -inf -> 0, +inf -> 1, NaN stays NaN.
+
+        At the accounting sensitivity (the rounded query's, with snapping).
+        """
+        sens = self.accounting_sensitivity
         if self.dim == 1:
             def raw(ell: np.ndarray) -> np.ndarray:
-                return loss_cdf_1d(ell, self.sigma, self._k, self.p, self.sensitivity)
+                return loss_cdf_1d(ell, self.sigma, self._k, self.p, sens)
         else:
             nodes = num_nodes if num_nodes is not None else _default_nodes(self.dim)
 
             def raw(ell: np.ndarray) -> np.ndarray:
                 return _k.sgg_loss_cdf(
-                    ell, self.dim, self.sigma, self._k, self.p, self.sensitivity, num_nodes=nodes
+                    ell, self.dim, self.sigma, self._k, self.p, sens, num_nodes=nodes
                 )
 
         def cdf(ell: Any) -> np.ndarray:
@@ -348,6 +470,7 @@ class SGGMechanism:
         rtol: float = 1e-6,
         method: str = "auto",
         estimator: str = "connect_dots",
+        granularity: float | str | None = "auto",
     ) -> SGGMechanism:
         """The smallest-scale member (dim, k, p) that is (epsilon, delta)-DP after N releases.
 
@@ -374,6 +497,9 @@ class SGGMechanism:
         estimator : {"connect_dots", "bucket"}, default="connect_dots"
             Discretisation of the PLD (both pessimistic). With "connect_dots" and N = 1
             the target is checked from delta at the two lattice points around epsilon.
+        granularity : "auto", float or None, default="auto"
+            Snapping of the returned mechanism (see :class:`SGGMechanism`); the target is
+            met at its :attr:`accounting_sensitivity` (with ``"auto"``, g depends on sigma).
 
         Returns
         -------
@@ -402,7 +528,8 @@ class SGGMechanism:
             raise ValueError(f"method must be 'auto' or 'pld', got {method!r}")
         if estimator not in ("connect_dots", "bucket"):
             raise ValueError(f"estimator must be 'connect_dots' or 'bucket', got {estimator!r}")
-        template = cls(dim, 1.0, k, p, sensitivity)
+        granularity = _snapping.check_granularity(granularity)
+        template = cls(dim, 1.0, k, p, sensitivity, None)
         exact = method == "auto" and template.is_gaussian
         if not exact and delta <= 1e-11:
             raise ValueError(
@@ -410,10 +537,20 @@ class SGGMechanism:
                 "carries up to ~1e-13 of tail mass); use delta > 1e-11"
             )
 
+        def _member(sigma: float) -> SGGMechanism:
+            if not isinstance(granularity, float):  # "auto" or None: the member itself
+                return cls(dim, sigma, k, p, sensitivity, granularity)
+            # An explicit g: its unsnapped twin at the snapped accounting sensitivity (the
+            # bracket may probe sigmas for which g would be rejected as too fine).
+            sens = _snapping.effective_sensitivity(sensitivity, granularity, dim)
+            return cls(dim, sigma, k, p, sens, None)
+
         def delta_at(sigma: float, hh: float = h, nodes: int | None = None) -> float:
-            mech = cls(dim, sigma, k, p, sensitivity)
+            mech = _member(sigma)
             if exact:
-                return float(_gaussian_delta(epsilon, sigma / math.sqrt(2.0 * n), sensitivity))
+                return float(
+                    _gaussian_delta(epsilon, sigma / math.sqrt(2.0 * n), mech.accounting_sensitivity)
+                )
             if n == 1:
                 if estimator == "connect_dots":
                     return mech._delta_single_cd(epsilon, hh)
@@ -439,10 +576,12 @@ class SGGMechanism:
             while d_lo <= delta:
                 hi, d_hi, lo = lo, d_lo, lo / 2.0
                 if lo < 1e-8 * sensitivity / max(scale, 1e-300):
-                    return cls(dim, hi, k, p, sensitivity)
+                    return cls(dim, hi, k, p, sensitivity, granularity)
                 d_lo = delta_at(lo, coarse, light)
         if exact:
-            return cls(dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity)
+            return cls(
+                dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity, granularity
+            )
         sig_c = _solve_log(
             lambda s_: delta_at(s_, coarse, light), delta, lo, hi, max(rtol, 1e-4), d_lo, d_hi
         )
@@ -463,7 +602,9 @@ class SGGMechanism:
             step *= 4.0
             lo = sig_c * max(1 - step, 1e-3)
             d_lo = delta_at(lo)
-        return cls(dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity)
+        return cls(
+            dim, _solve_log(delta_at, delta, lo, hi, rtol, d_lo, d_hi), k, p, sensitivity, granularity
+        )
 
 
 def _solve_log(
