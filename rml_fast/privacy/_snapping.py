@@ -14,7 +14,9 @@ round the input and the noise to the grid ``g Z`` and add them:
 ``x / g``, ``X / g`` and ``g (K + R)`` are exact in binary floating point (scaling by a
 power of two), ``rnd`` is computed exactly (``floor(t) + [t - floor(t) >= 1/2]``: the
 fractional part ``t - floor(t)`` is exact and the comparison with 1/2 is monotone), and
-``K + R`` is exact while ``|K + R| < 2**53``. Because ``rnd(t + n) = rnd(t) + n`` for every
+``K + R`` is exact while ``|K + R| <= 2**53``; beyond that the float64 sum is the correctly
+rounded ``K + R``, and a float32 output is the correctly rounded float64 value: in every
+case the release is a deterministic function of the integer ``K + R``. Because ``rnd(t + n) = rnd(t) + n`` for every
 integer ``n``, ``g (K + R) = g rnd((g K + X) / g)``: the release is a post-processing of the
 exact mechanism ``g K + X`` applied to the rounded input ``g K``, and its law is the law of
 ``g R`` (which does not depend on ``x``) shifted by ``g K``. Neighbouring inputs therefore
@@ -30,9 +32,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "EXACT_GRID_UNITS",
     "FIDELITY_BITS",
     "GRANULARITY_BITS",
-    "MAX_GRID_UNITS",
+    "MAX_INPUT_UNITS",
     "auto_granularity",
     "check_granularity",
     "effective_sensitivity",
@@ -43,16 +46,20 @@ __all__ = [
 #: "auto": ``g`` is the largest power of two <= Delta 2**-GRANULARITY_BITS / sqrt(dim), so
 #: the accounting sensitivity is at most Delta (1 + 2**-GRANULARITY_BITS) (exactly Delta in
 #: one dimension when Delta is a multiple of g, e.g. Delta = 1), independent of the noise
-#: scale; the rounding moves the noise by at most g/2.
-GRANULARITY_BITS = 20
+#: scale, unless the fidelity floor below is larger; the rounding moves the noise by <= g/2.
+GRANULARITY_BITS = 30
 #: ... but never finer than ``std * 2**-FIDELITY_BITS``: our noise comes from a float64
 #: sampler (relative error ~2**-50), so a cell of width g must hold many representable noise
 #: values (Google's library uses g ~ scale 2**-40 with exact discrete samplers). At
 #: ``g >= std 2**-40`` a cell around |X| ~ std holds >= 2**12 float64 values; at typical
-#: calibrations (std ~ Delta) it holds ~2**32.
+#: calibrations (std ~ Delta) it holds ~2**22.
 FIDELITY_BITS = 40
-#: Inputs must satisfy ``|x| <= MAX_GRID_UNITS * g`` so that ``K + R`` stays exact in float64.
-MAX_GRID_UNITS = 2.0**51
+#: ``g (K + R)`` is exact while ``|K + R| <= EXACT_GRID_UNITS``; beyond, the float64 sum is the
+#: correctly rounded ``K + R``, still a function of ``K + R`` (see :func:`snap_release`).
+EXACT_GRID_UNITS = 2.0**53
+#: Inputs must satisfy ``|x| <= MAX_INPUT_UNITS * min(g, 1)``: ``x / g`` and the release stay
+#: far from float64 overflow.
+MAX_INPUT_UNITS = 2.0**1000
 _MIN_G = 2.0**-1022  # smallest normal float64
 _MAX_G = 2.0**1000
 
@@ -68,18 +75,18 @@ def _pow2_ceil(v: float) -> float:
 
 
 def auto_granularity(sensitivity: float, dim: int, std: float) -> float:
-    """The automatic granularity: ``max(pow2_floor(Delta 2**-20 / sqrt(dim)), pow2_ceil(std 2**-40))``.
+    """The automatic granularity: ``max(pow2_floor(Delta 2**-30 / sqrt(dim)), pow2_ceil(std 2**-40))``.
 
     ``pow2_floor``/``pow2_ceil``: the largest/smallest power of two below/above. The first
-    term bounds the accounting cost (``g sqrt(dim) <= Delta 2**-20``), the second keeps the
+    term bounds the accounting cost (``g sqrt(dim) <= Delta 2**-30``), the second keeps the
     grid coarse against the float64 resolution of the noise (``FIDELITY_BITS``).
 
     Examples
     --------
     >>> from rml_fast.privacy._snapping import auto_granularity
-    >>> auto_granularity(1.0, 1, 1.0) == 2.0**-20, auto_granularity(1.0, 4, 1.0) == 2.0**-21
+    >>> auto_granularity(1.0, 1, 1.0) == 2.0**-30, auto_granularity(1.0, 4, 1.0) == 2.0**-31
     (True, True)
-    >>> auto_granularity(1.0, 1, 2.0**30) == 2.0**-10    # extremely noisy: the fidelity floor
+    >>> auto_granularity(1.0, 1, 2.0**20) == 2.0**-20    # very noisy: the fidelity floor
     True
     """
     g = max(
@@ -136,7 +143,7 @@ def effective_sensitivity(sensitivity: float, g: float | None, dim: int) -> floa
 
 
 def round_half_up(t: Any) -> Any:
-    """``floor(t + 1/2)`` computed exactly, in place (NumPy array or torch tensor, float).
+    """``floor(t + 1/2)`` computed exactly (NumPy array or torch tensor, float; ``t`` is overwritten).
 
     ``t + 0.5`` itself can round up (``0.49999999999999994 + 0.5 == 1.0``); instead
     ``floor(t) + [t - floor(t) >= 1/2]``, where ``t - floor(t)`` is exact for floats.
@@ -155,10 +162,12 @@ def snap_release(x: Any, noise: Any, g: float, out_dtype: Any) -> Any:
     """``g (rnd(x / g) + rnd(noise / g))`` in float64, cast to ``out_dtype``.
 
     ``x`` (float32/float64, not modified) and ``noise`` (float64, consumed: overwritten)
-    are NumPy arrays or torch tensors of one shape. The cast to float32 is a deterministic
-    function of ``K + R``, so it is a post-processing too; the float32 values are still
-    multiples of ``g`` (below ``2**24 g`` exactly ``g (K + R)``; above, multiples of their
-    ulp, a larger power of two).
+    are NumPy arrays or torch tensors of one shape, ``|x| <= 2**1000 min(g, 1)``. ``K`` and
+    ``R`` are exact; ``fl(K + R)`` (exact below ``2**53``), the product by ``g`` (exact) and
+    the cast to float32 are each a deterministic function of their exact input, so the
+    output is a function of the integer ``K + R``: a post-processing. Every output is a
+    multiple of ``g``: below ``2**53 g`` (float64) or ``2**24 g`` (float32) it is exactly
+    ``g (K + R)``; above, a float is a multiple of its ulp, a larger power of two.
     """
     if isinstance(noise, np.ndarray):
         t = np.divide(x, g, dtype=np.float64)

@@ -83,7 +83,7 @@ class SGGMechanism:
         release is a post-processing of the exact mechanism applied to the rounded input
         ``g rnd(x / g)`` (Mironov, CCS 2012, snapping; Google differential-privacy "Secure
         Noise Generation" granularity). ``"auto"``: the largest power of two <=
-        ``Delta 2**-20 / sqrt(dim)``, but at least the smallest one >= ``std 2**-40``
+        ``Delta 2**-30 / sqrt(dim)``, but at least the smallest one >= ``std 2**-40``
         (``rml_fast.privacy._snapping.auto_granularity``). The accounting
         (:meth:`pld`, :meth:`delta_for_epsilon`, :meth:`epsilon_for_delta`,
         :meth:`calibrate`) then uses the sensitivity of the rounded query,
@@ -111,7 +111,7 @@ class SGGMechanism:
     40.0
     >>> mech.sample(3, rng=0).shape
     (3, 10)
-    >>> g = mech.grid                      # the snapping granularity, 2**-22 here
+    >>> g = mech.grid                      # the snapping granularity, 2**-32 here
     >>> y = mech.randomize(np.zeros(10), rng=0)
     >>> bool(np.all(y / g == np.round(y / g)))   # every released value is a multiple of g
     True
@@ -163,7 +163,7 @@ class SGGMechanism:
     def grid(self) -> float | None:
         """The snapping granularity ``g`` in use (a power of two), or None when it is off.
 
-        ``"auto"``: ``max(pow2_floor(Delta 2**-20 / sqrt(dim)), pow2_ceil(std 2**-40))``.
+        ``"auto"``: ``max(pow2_floor(Delta 2**-30 / sqrt(dim)), pow2_ceil(std 2**-40))``.
         """
         if self.granularity is None:
             return None
@@ -234,8 +234,10 @@ class SGGMechanism:
         Parameters
         ----------
         x : ndarray or torch.Tensor of shape (dim,) or (n, dim), float32 or float64
-            Not modified. With snapping, ``|x| <= 2**51 g`` is required (so that the
-            grid sum stays exact in float64).
+            Not modified. With snapping, ``|x| <= 2**1000 min(g, 1)`` is required. Released
+            values equal ``g (K + R)`` exactly while ``|K + R| <= 2**53`` (float64) or
+            ``2**24`` (float32); beyond, they are its correctly rounded value, still a
+            function of ``K + R`` and a multiple of ``g`` (so still floating-point safe).
         rng : numpy.random.Generator, int or None
             Source of the Philox stream key.
 
@@ -247,7 +249,7 @@ class SGGMechanism:
         Raises
         ------
         ValueError
-            For a wrong shape, non-finite values, or ``|x| > 2**51 g`` with snapping.
+            For a wrong shape, non-finite values, or ``|x| > 2**1000 min(g, 1)`` with snapping.
 
         Examples
         --------
@@ -278,13 +280,12 @@ class SGGMechanism:
             if is_torch:
                 return noise.add_(arr)  # in place into the fresh noise buffer: no extra (n, dim) copy
             return np.add(noise, arr, out=noise)  # one (n, dim) buffer: the noise, then x added in place
-        bound = _snapping.MAX_GRID_UNITS * g
+        bound = _snapping.MAX_INPUT_UNITS * min(g, 1.0)
         amax = float(arr.abs().max()) if is_torch else float(np.max(np.abs(arr), initial=0.0))
         if amax > bound:
             raise ValueError(
-                f"x has |x| up to {amax!r}, beyond the range 2**51 * granularity = {bound!r} where "
-                f"the grid of g = {g!r} is exact in float64; pass a coarser power-of-two "
-                "granularity (accounted as sensitivity + g) or rescale the query"
+                f"x has |x| up to {amax!r}, beyond 2**1000 * min(granularity, 1) = {bound!r} "
+                f"(x / g would approach float64 overflow for g = {g!r}); rescale the query"
             )
         n = 1 if arr.ndim == 1 else int(arr.shape[0])
         if is_torch:
