@@ -3,8 +3,10 @@
 # the native kernels under it; exits non-zero on any sanitizer report or test failure.
 #
 # Usage:  scripts/sanitize.sh [pytest arguments...]
+#         scripts/sanitize.sh --fuzz [scripts/fuzz_bindings.py arguments...]
 #   With no arguments it runs tests/kernels and the other test files that call the native kernels
 #   (SANITIZE_TESTS below). Arguments replace that list, e.g. `scripts/sanitize.sh tests/kernels/test_sgg.py`.
+#   --fuzz runs the atheris fuzzer (scripts/fuzz_bindings.py) under the sanitizer build instead.
 #
 # Environment:
 #   PYTHON                 interpreter whose site-packages hold the dependencies (numpy, torch, pytest,
@@ -38,7 +40,9 @@ SANITIZE_TESTS=(
   tests/neural_processes/test_sfconv.py
   tests/interp/test_query_circuits.py
 )
-if [[ $# -gt 0 ]]; then TESTS=("$@"); else TESTS=("${SANITIZE_TESTS[@]}"); fi
+FUZZ=0
+if [[ "${1:-}" == "--fuzz" ]]; then FUZZ=1; shift; fi
+if [[ $# -gt 0 || $FUZZ == 1 ]]; then TESTS=("$@"); else TESTS=("${SANITIZE_TESTS[@]}"); fi
 
 say() { printf '[sanitize %(%H:%M:%S)T] %s\n' -1 "$*"; }
 t0=$SECONDS
@@ -99,12 +103,18 @@ print(f"using {C.__file__}\n  {info}")
 EOF
 if [[ "${SANITIZE_BUILD_ONLY:-0}" == 1 ]]; then say "build only: done"; exit 0; fi
 
-# 4. The tests.
-say "pytest ${TESTS[*]}"
+# 4. The tests (or the fuzzer).
 t1=$SECONDS
 cd "$ROOT"
 set +e
-"$VPY" -m pytest -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$WORK/logs/pytest.log"
+if [[ $FUZZ == 1 ]]; then
+  say "fuzz_bindings.py ${TESTS[*]}"
+  "$VPY" "$ROOT/scripts/fuzz_bindings.py" --out "$WORK/fuzz" "${TESTS[@]}" 2>&1 | tee "$WORK/logs/pytest.log"
+  cp "$WORK"/fuzz/*.log "$WORK/logs/" 2>/dev/null
+else
+  say "pytest ${TESTS[*]}"
+  "$VPY" -m pytest -q -p no:cacheprovider "${TESTS[@]}" 2>&1 | tee "$WORK/logs/pytest.log"
+fi
 rc=${PIPESTATUS[0]}
 set -e
 t_tests=$((SECONDS - t1))
