@@ -54,6 +54,8 @@ VERBOSE = False
 class Finding(Exception):
     """A call broke the contract (mutated input, unexpected exception)."""
 
+    key = ""
+
 
 # --------------------------------------------------------------------------------------------
 # Input generation from the fuzzer's bytes
@@ -596,9 +598,13 @@ def check_call(label: str, fn, args: tuple, kwargs: dict, *, skip_args: tuple = 
     except _EXPECTED as exc:
         outcome = type(exc).__mro__[[c in _EXPECTED for c in type(exc).__mro__].index(True)].__name__
     except Exception as exc:
-        raise Finding(f"{type(exc).__name__}: {exc}\n  call: {call}") from exc
+        finding = Finding(f"{type(exc).__name__}: {exc}\n  call: {call}")
+        finding.key = f"{label}: {type(exc).__name__}"
+        raise finding from exc
     if _digest((hashed_args, hashed_kw), hashlib.sha256()).hexdigest() != before:
-        raise Finding(f"input mutated\n  call: {call}")
+        finding = Finding(f"input mutated\n  call: {call}")
+        finding.key = f"{label}: input mutated"
+        raise finding
     return outcome
 
 
@@ -677,9 +683,8 @@ def run_family(family: str, seconds: int, out: str, timeout: int, replay: str | 
         try:
             one_call(data)
         except Finding as exc:
-            # Recorded (first input per distinct message head) and fuzzing goes on.
-            head = str(exc).splitlines()[0][:160]
-            key = re.sub(r"\d+", "N", head)
+            # Recorded (first input per function and exception type) and fuzzing goes on.
+            key = exc.key or str(exc).splitlines()[0][:160]
             if key not in stats["findings"]:
                 import base64
 
@@ -797,8 +802,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary[fam]['executions']} in {summary[fam]['seconds']} s "
               f"(native calls recorded: {summary[fam]['native_calls_recorded']}, "
               f"distinct findings: {len(findings)}, exit {proc.returncode})", flush=True)
-        for f in findings.values():
-            print(f"  x{f['count']}: {f['message']}\n    input (base64): {f['input_base64'][:200]}")
+        for key, f in findings.items():
+            print(f"  [{key}] x{f['count']}, first: {f['message']}\n"
+                  f"    input (base64): {f['input_base64'][:200]}")
         if proc.returncode != 0 or artifacts or sanitizer:
             m = re.search(r"(=== (?:Uncaught Python exception|Timeout).*?)(?:\nstat::|\Z)", text, re.S)
             print(m.group(1)[-3000:] if m else text[-3000:])
