@@ -197,6 +197,31 @@ def _run_interp_demo(args: argparse.Namespace) -> int:
     return _run_contract_demo(args, load_demo(args.experiment))
 
 
+def _run_federated_demo(args: argparse.Namespace) -> int:
+    if _figure_problem(args, "federated"):
+        return 1
+    from rml_fast.federated.demos import load_demo
+
+    return _run_contract_demo(args, load_demo(args.experiment))
+
+
+#: single-demo areas: name -> (module, experiment, one-line description)
+_SINGLE_DEMOS: dict[str, tuple[str, str, str]] = {
+    "security": ("rml_fast.security.demo", "gtm",
+                 "GTM token masking against an image-hijack attack on a tiny digits VLM"),
+    "watermark": ("rml_fast.watermark.demo", "distseal",
+                  "DistSeal latent watermark: train, distil into the decoder, robustness"),
+}
+
+
+def _run_single_demo(args: argparse.Namespace) -> int:
+    if _figure_problem(args, args.name):
+        return 1
+    import importlib
+
+    return _run_contract_demo(args, importlib.import_module(_SINGLE_DEMOS[args.name][0]))
+
+
 def _run_fairness_demo(args: argparse.Namespace) -> int:
     if _figure_problem(args, "fairness"):
         return 1
@@ -260,10 +285,14 @@ def _main(argv: list[str] | None) -> int:
         "bench", help="run benchmark suites against their peers", add_help=False
     )
     bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
-    demo_top = sub.add_parser("demo", help="run a method's demo (np, alignment, interp, fairness)")
+    demo_top = sub.add_parser(
+        "demo",
+        help="run a method's demo (np, alignment, interp, fairness, federated, security, watermark)",
+    )
     demo_sub = demo_top.add_subparsers(dest="name", required=True, metavar="name")
     demo_p = demo_sub.add_parser("np", help="SFConvCNP vs ConvCNP on GP-RBF tasks")
     from rml_fast.alignment.demos import DEMOS as ALIGNMENT_DEMOS
+    from rml_fast.federated.demos import DEMOS as FEDERATED_DEMOS
     from rml_fast.interp.demos import DEMOS as INTERP_DEMOS
 
     align_p = _add_contract_demo(
@@ -275,6 +304,13 @@ def _main(argv: list[str] | None) -> int:
     interp_p = _add_contract_demo(
         demo_sub, "interp", "interpretability experiments on the tiny-model zoo", INTERP_DEMOS
     )
+    fed_p = _add_contract_demo(
+        demo_sub, "federated", "federated methods simulated in process on digits", FEDERATED_DEMOS
+    )
+    single_ps = {
+        area: _add_contract_demo(demo_sub, area, text, {experiment: (module, text)})
+        for area, (module, experiment, text) in _SINGLE_DEMOS.items()
+    }
     fair_p = demo_sub.add_parser(
         "fairness", help="multi-class accuracy-fairness frontier on a real data set"
     )
@@ -321,7 +357,8 @@ def _main(argv: list[str] | None) -> int:
 
     if args.command == "demo":
         if rest:
-            parsers = {"alignment": align_p, "interp": interp_p, "fairness": fair_p}
+            parsers = {"alignment": align_p, "interp": interp_p, "fairness": fair_p,
+                       "federated": fed_p, **single_ps}
             parsers.get(args.name, demo_p).error(
                 f"unrecognized arguments: {' '.join(rest)}"
             )
@@ -331,6 +368,10 @@ def _main(argv: list[str] | None) -> int:
             return _run_interp_demo(args)
         if args.name == "fairness":
             return _run_fairness_demo(args)
+        if args.name == "federated":
+            return _run_federated_demo(args)
+        if args.name in _SINGLE_DEMOS:
+            return _run_single_demo(args)
         return _run_demo(args)
 
     if args.command == "info":
