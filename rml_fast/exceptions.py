@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ConvergenceWarning", "InfeasibleError", "SteeringWarning"]
+__all__ = ["ConvergenceWarning", "InfeasibleError", "ResourceLimitError", "SteeringWarning"]
 
 
 class ConvergenceWarning(UserWarning):
@@ -42,3 +42,28 @@ class InfeasibleError(ValueError):
     >>> issubclass(InfeasibleError, ValueError)
     True
     """
+
+
+class ResourceLimitError(MemoryError, ValueError):
+    """Work whose memory is known in advance would exceed the memory limit; refused before it
+    allocates anything.
+
+    The message states the estimate, the limit and how to raise it
+    (:func:`rml_fast.config.set_memory_limit`, :func:`rml_fast.config.memory_limit` or the
+    ``RML_FAST_MEMORY_LIMIT`` environment variable) or how to stream the work instead (e.g. a
+    smaller ``chunk``). Subclasses :class:`MemoryError` and :class:`ValueError`, so code that
+    catches either keeps working. ``estimate`` and ``limit`` (bytes) are attributes.
+
+    Examples
+    --------
+    >>> from rml_fast.exceptions import ResourceLimitError
+    >>> err = ResourceLimitError("too big", estimate=2**31, limit=2**30)
+    >>> isinstance(err, MemoryError), isinstance(err, ValueError), err.estimate
+    (True, True, 2147483648)
+    """
+
+    def __init__(self, message: str, *, estimate: int | None = None,
+                 limit: int | None = None) -> None:
+        super().__init__(message)
+        self.estimate = estimate
+        self.limit = limit
