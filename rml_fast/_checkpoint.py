@@ -12,6 +12,7 @@ load only checkpoints you wrote.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -34,10 +35,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -87,7 +86,7 @@ def load_checkpoint(path: str | os.PathLike[str], *, kind: str,
         return None
     try:
         payload = pickle.loads(path.read_bytes())
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not ours"
+    except Exception as exc:
         raise ValueError(f"{name} {str(path)!r} is not a readable rml_fast checkpoint "
                          f"({type(exc).__name__}: {exc}); delete it or pass another path") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:

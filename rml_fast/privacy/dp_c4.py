@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -630,6 +631,63 @@ class DPC4Optimizer(torch.optim.Optimizer):
         }
         return norms
 
+    # -- checkpointing -------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's optimizer state plus DP-C4's (key ``"dpc4"``): the step count (the
+        accountant's state and the Philox noise counter, which is a function of the step and
+        the key), the noise key ``seed``, the momentum ``v``, ``x_{t-1}`` and the last move.
+
+        With :meth:`load_state_dict` on an optimizer of the same model and configuration,
+        the following steps are those an uninterrupted run takes.
+        """
+        sd = super().state_dict()
+
+        def copy(ts: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
+            return None if ts is None else [t.detach().clone() for t in ts]
+
+        sd["dpc4"] = {
+            "steps": self.steps, "seed": self.seed, "v": copy(self._v),
+            "x_prev": copy(self._x_prev), "last_move": self._last_move,
+            "last_lr": self._last_lr, "last_stats": dict(self.last_stats),
+        }
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (torch's part and DP-C4's)."""
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("dpc4", None)
+        super().load_state_dict(state_dict)
+        if extra is None:
+            return
+        params = self.engine.params
+
+        def place(ts: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
+            if ts is None:
+                return None
+            if len(ts) != len(params):
+                raise ValueError(f"state_dict['dpc4'] holds {len(ts)} tensors per buffer, the "
+                                 f"model has {len(params)} trainable parameters")
+            return [t.detach().to(device=p.device, dtype=p.dtype).clone()
+                    for t, p in zip(ts, params, strict=True)]
+
+        self.steps = int(extra["steps"])
+        self.seed = extra["seed"]
+        self._v, self._x_prev = place(extra["v"]), place(extra["x_prev"])
+        self._last_move, self._last_lr = float(extra["last_move"]), float(extra["last_lr"])
+        self.last_stats = dict(extra["last_stats"])
+        self._shadow = None  # rebuilt from x_{t-1} at the next pass
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed by this optimizer."""
+        keys = ("algorithm", "lr0", "noise_multiplier", "expected_batch_size", "sample_rate",
+                "anchor_clip", "anchor_clip_growth", "drift_clip_scale", "threshold_shift",
+                "beta0", "beta_power", "stability_floor", "lr_decay_steps", "weight_decay",
+                "memory_efficient", "memory")
+        out: dict[str, Any] = {k: getattr(self, k) for k in keys}
+        out["params"] = [(tuple(p.shape), str(p.dtype)) for p in self.engine.params]
+        return out
+
     def privacy_spent(self, delta: float, *, h: float = 1e-4) -> float:
         """``epsilon`` spent so far at ``delta`` (needs ``sample_rate``; PLD, pessimistic).
 
@@ -650,6 +708,8 @@ def train_private(
     *,
     progress: bool = True,
     callback: Callable[[int, DPC4Optimizer], None] | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 10,
 ) -> list[float]:
     """Train with ``optimizer`` over ``epochs`` passes of a (Poisson) loader of ``(x, y)``.
 
@@ -659,6 +719,21 @@ def train_private(
     privacy spent so far (epsilon at ``delta``, PLD at ``h=1e-3``: a pessimistic bound),
     logged at INFO after each epoch. Interrupting (Ctrl-C) keeps the model as trained so far.
     Returns epsilon after each epoch.
+
+    ``checkpoint`` (a file path) makes the run resumable: every ``checkpoint_every`` steps and
+    after every epoch the model's ``state_dict``, the optimizer's (with the step count, i.e.
+    the accountant's state and the Philox noise counter, the noise key, the momentum and
+    ``x_{t-1}``), the epochs' epsilons, and the torch RNG and the loader's generators (the
+    sampler's state at the start of the epoch and now) are written atomically (temporary file
+    and ``os.replace``, so a Ctrl-C or a killed process leaves the previous complete file). A
+    call whose ``checkpoint`` exists resumes it: the epoch's batches already trained are drawn
+    again and skipped, the RNG restored, and the run ends with the weights of an
+    uninterrupted one (bit for bit on the same machine and thread count: the same operations
+    run). A checkpoint of another configuration (optimizer hyperparameters, parameter
+    shapes, loader length) raises ``ValueError``; a finished run's checkpoint returns its
+    epsilons after loading its model. Interrupting raises ``KeyboardInterrupt`` as usual.
+    Loaders must be re-iterable with the same order given the same RNG state (the default
+    samplers, :class:`PoissonBatchSampler`).
 
     Raises
     ------
@@ -677,25 +752,88 @@ def train_private(
         raise TypeError(f"optimizer must be a DPC4Optimizer, got {type(optimizer).__name__}")
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    every = int(check_scalar(checkpoint_every, "checkpoint_every", Interval("int", 1, None)))
     _check_dataset(loader, "loader")
     spent: list[float] = []
-    total = epochs * len(loader)
-    with tqdm(total=total, disable=not progress, desc=f"{optimizer.algorithm} training") as bar:
-        for epoch in range(epochs):
+    n_batches = len(loader)
+    total = epochs * n_batches
+    gens = _loader_generators(loader)
+    start_epoch, skip, epoch_rng, now_rng = 0, 0, None, None
+    fingerprint = {**optimizer._fingerprint(), "batches_per_epoch": n_batches,
+                   "model": [(k, tuple(v.shape), str(v.dtype))
+                             for k, v in model.state_dict().items()]}
+    if checkpoint is not None:
+        from rml_fast._checkpoint import load_checkpoint
+
+        state = load_checkpoint(checkpoint, kind="train_private", fingerprint=fingerprint)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            start_epoch, skip, spent = state["epoch"], state["step_in_epoch"], state["spent"]
+            epoch_rng, now_rng = state["epoch_rng"], state["rng"]
+            logger.info("train_private: resumed %s at epoch %d, step %d", checkpoint,
+                        start_epoch, optimizer.steps)
+
+    def save(epoch: int, step_in_epoch: int, at_start: Any) -> None:
+        from rml_fast._checkpoint import save_checkpoint
+
+        assert checkpoint is not None
+        save_checkpoint(checkpoint, {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+            "step_in_epoch": step_in_epoch, "spent": list(spent), "epoch_rng": at_start,
+            "rng": _all_rng_states(gens),
+        }, kind="train_private", fingerprint=fingerprint)
+
+    with tqdm(total=total, initial=min(total, start_epoch * n_batches + skip),
+              disable=not progress, desc=f"{optimizer.algorithm} training") as bar:
+        for epoch in range(start_epoch, epochs):
             running, count = 0.0, 0
-            for x, y in loader:
+            if epoch_rng is not None:  # resuming inside this epoch: replay its batch order
+                _set_all_rng_states(gens, epoch_rng)
+            at_start = _all_rng_states(gens)
+            batches = iter(loader)
+            for _ in range(skip):
+                next(batches)
+            if skip:
+                _set_all_rng_states(gens, now_rng)
+            for i, (x, y) in enumerate(batches, start=skip):
                 optimizer.step(loss_fn, x, y)
                 running += float(optimizer.last_stats.get("batch_size", 0.0))
                 count += 1
                 bar.update(1)
                 if callback is not None:
                     callback(optimizer.steps, optimizer)
+                if checkpoint is not None and optimizer.steps % every == 0 and i + 1 < n_batches:
+                    save(epoch, i + 1, at_start)
+            skip, epoch_rng = 0, None
             eps = optimizer.privacy_spent(delta, h=1e-3) if optimizer.sample_rate else math.nan
             spent.append(eps)
+            if checkpoint is not None:
+                save(epoch + 1, 0, None)
             bar.set_postfix(epoch=epoch + 1, eps=f"{eps:.3g}", batch=f"{running / max(count, 1):.1f}")
             logger.info("epoch %d: epsilon %.4g at delta %g after %d steps",
                         epoch + 1, eps, delta, optimizer.steps)
     return spent
+
+
+def _loader_generators(loader: Any) -> list[torch.Generator]:
+    """The torch generators a DataLoader draws its order from (besides the global RNG)."""
+    found: list[torch.Generator] = []
+    for obj in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        g = getattr(obj, "generator", None)
+        if isinstance(g, torch.Generator) and all(g is not h for h in found):
+            found.append(g)
+    return found
+
+
+def _all_rng_states(gens: list[torch.Generator]) -> dict[str, Any]:
+    return {"torch": _rng_state(), "loader": [g.get_state() for g in gens]}
+
+
+def _set_all_rng_states(gens: list[torch.Generator], state: dict[str, Any]) -> None:
+    _set_rng_state(state["torch"])
+    for g, s in zip(gens, state["loader"], strict=True):
+        g.set_state(s)
 
 
 def _check_dataset(loader: Any, name: str) -> None:
