@@ -1,11 +1,14 @@
-"""Run the benchmark suites: ``python benchmarks/run_all.py [FAMILY ...] [--quick] [--plot]``.
+"""Run the benchmark suites: ``python benchmarks/run_all.py [FAMILY ...] [--quick] [--plot] [--resume]``.
 
 Each ``bench_<family>.py`` beside this file defines ``SUITE`` and ``run(quick=, progress=)``
 returning a :class:`rml_fast.benchmarking.Suite`; this script prints each table and writes
 ``<out>/<family>.json`` (default ``benchmarks/results/``). ``rml-fast bench`` calls ``main``,
 and so does each ``bench_<family>.py`` run as a script (``main(argv, suite=SUITE)``: the same
 options, that one suite). A ``--quick`` run writes ``<out>/<family>.quick.json`` instead, so
-it never replaces the committed full results.
+it never replaces the committed full results. Each suite keeps
+``<out>/<family>[.quick].partial.json`` up to date after every row; ``--resume`` continues an
+interrupted run from it (finished cases are skipped) and the file is removed once the full
+JSON is written.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ def parser(suite: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--repeat", type=_positive_int, default=5, help="timed runs per side (median; >= 1)"
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run: cases finished in <out>/<suite>.partial.json "
+        "are loaded and skipped (the partial file is written after every row either way)",
+    )
     return p
 
 
@@ -83,7 +92,7 @@ def main(argv: list[str] | None = None, *, suite: str | None = None) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from rml_fast.benchmarking import missing_dependency_message
+    from rml_fast.benchmarking import checkpointing, missing_dependency_message
 
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         ap.error("--plot needs matplotlib: pip install 'rml_fast[bench]'")
@@ -103,9 +112,10 @@ def main(argv: list[str] | None = None, *, suite: str | None = None) -> int:
     for family in families or list(suites):
         start = time.perf_counter()
         try:
-            result = _load(suites[family]).run(
-                quick=args.quick, progress=not args.no_progress, repeat=args.repeat
-            )
+            with checkpointing(args.out, resume=args.resume):
+                result = _load(suites[family]).run(
+                    quick=args.quick, progress=not args.no_progress, repeat=args.repeat
+                )
         except ImportError as exc:
             message = missing_dependency_message(exc)
             if message is None:

@@ -13,6 +13,8 @@ A ``quick`` suite saves to ``<name>.quick.json`` so that it never replaces full 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.metadata
 import importlib.util
 import json
@@ -23,7 +25,7 @@ import re
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,6 +338,16 @@ class Suite:
         Passed to :func:`time_call`.
     progress : bool, default=True
         Show a rich progress bar over cases.
+    checkpoint : str or Path, optional
+        A partial-results JSON, rewritten atomically after every row and every finished case
+        (default: ``<dir>/<result_name>.partial.json`` inside a :func:`checkpointing` block,
+        as ``benchmarks/run_all.py`` uses; else none). :meth:`save` removes it.
+    resume : bool, default=False
+        Load ``checkpoint`` if it exists (of the same name, ``quick`` and ``repeat``, else
+        ``ValueError``): :meth:`run` skips the cases it finished (their rows are re-used in
+        order) and :meth:`compare` / :meth:`skip` re-use the rows of a case it had started,
+        so the final rows equal an uninterrupted run's except for the timings of rows that
+        were re-measured.
     """
 
     name: str
@@ -344,6 +356,65 @@ class Suite:
     warmup: int = 1
     progress: bool = True
     rows: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint: str | os.PathLike[str] | None = None
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        ctx = _CHECKPOINTING.get()
+        if self.checkpoint is None and ctx is not None:
+            self.checkpoint = Path(ctx[0]) / f"{self.result_name}.partial.json"
+            self.resume = self.resume or ctx[1]
+        self._done: dict[str, list[dict[str, Any]]] = {}  # finished case key -> its rows
+        self._started: dict[str, dict[str, Any]] = {}  # row key -> row of an unfinished case
+        self._done_order: list[str] = []
+        self._seen_cases: dict[str, int] = {}
+        self._seen_rows: dict[str, int] = {}
+        self._case_rows: dict[str, list[dict[str, Any]]] = {}
+        self.resumed_rows = 0
+        if self.resume and self.checkpoint is not None and Path(self.checkpoint).exists():
+            data = json.loads(Path(self.checkpoint).read_text())
+            mine = self._fingerprint()
+            if data.get("fingerprint") != mine:
+                raise ValueError(
+                    f"checkpoint {str(self.checkpoint)!r} holds partial results of "
+                    f"{data.get('fingerprint')}, not of {mine}; delete it or run without resume"
+                )
+            for key, rows in data["done"]:
+                self._done[key] = rows
+            self._started = dict(data["started"])
+            logger.info("bench %s: resuming %s (%d cases done)", self.name, self.checkpoint,
+                        len(self._done))
+
+    def _fingerprint(self) -> dict[str, Any]:
+        return {"suite": self.name, "quick": self.quick, "repeat": self.repeat,
+                "warmup": self.warmup}
+
+    def _write_partial(self) -> None:
+        if self.checkpoint is None:
+            return
+        from rml_fast._checkpoint import atomic_write_text
+
+        done = [[k, self._done[k]] for k in self._done_order]
+        data = {"fingerprint": self._fingerprint(), "done": done, "started": self._started}
+        atomic_write_text(self.checkpoint, json.dumps(data, default=_json_default) + "\n")
+
+    def _row_key(self, case: dict[str, Any], peer_name: str, device: str) -> str:
+        base = json.dumps([case, peer_name, device], sort_keys=True, default=_json_default)
+        k = self._seen_rows.get(base, 0)
+        self._seen_rows[base] = k + 1
+        return f"{base}#{k}"
+
+    def _resumed(self, key: str) -> dict[str, Any] | None:
+        row = self._started.get(key)
+        if row is not None:
+            self.rows.append(row)
+            self.resumed_rows += 1
+        return row
+
+    def _record(self, key: str, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self._started[key] = json.loads(json.dumps(row, default=_json_default))
+        self._write_partial()
 
     @property
     def result_name(self) -> str:
@@ -368,6 +439,9 @@ class Suite:
         The row has the keys of a timed row with ``None`` timings and ``skipped`` = ``reason``;
         the table and the JSON show it, the plot names it in its note.
         """
+        key = self._row_key(case, peer_name, device)
+        if (old := self._resumed(key)) is not None:
+            return old
         logger.info("bench %s: %s skipped on %s: %s", self.name, peer_name, _case_str(case), reason)
         row: dict[str, Any] = {
             "suite": self.name,
@@ -391,7 +465,7 @@ class Suite:
             "repeat": self.repeat,
             "note": None,
         }
-        self.rows.append(row)
+        self._record(key, row)
         return row
 
     def compare(
@@ -405,7 +479,13 @@ class Suite:
         memory: bool = True,
         note: str | None = None,
     ) -> dict[str, Any]:
-        """Time ``ours`` and ``peer`` on one case and append the row; returns the row."""
+        """Time ``ours`` and ``peer`` on one case and append the row; returns the row.
+
+        When resuming, a row of this case, peer and device already measured is re-used
+        (nothing is timed)."""
+        key = self._row_key(case, peer_name, device)
+        if (old := self._resumed(key)) is not None:
+            return old
         sync = None
         if device.startswith("cuda"):
             import torch
@@ -430,17 +510,20 @@ class Suite:
             "repeat": self.repeat,
             "note": note,
         }
-        self.rows.append(row)
+        self._record(key, row)
         return row
 
     def run(
         self, cases: Iterable[dict[str, Any]], body: Callable[[Suite, dict[str, Any]], None]
     ) -> Suite:
-        """Call ``body(self, case)`` for every case, with a progress bar."""
+        """Call ``body(self, case)`` for every case, with a progress bar.
+
+        With a checkpoint, the partial results are written after each case; when resuming,
+        a case finished before is not run again (its rows are appended as they were)."""
         cases = list(cases)
         if not self.progress:
             for case in cases:
-                body(self, case)
+                self._run_case(case, body)
             return self
         from rich.progress import Progress
 
@@ -448,9 +531,29 @@ class Suite:
             task = bar.add_task(f"bench {self.name}", total=len(cases))
             for case in cases:
                 bar.update(task, description=f"bench {self.name} {_case_str(case)}")
-                body(self, case)
+                self._run_case(case, body)
                 bar.advance(task)
         return self
+
+    def _run_case(self, case: dict[str, Any], body: Callable[[Suite, dict[str, Any]], None]) -> None:
+        base = json.dumps(case, sort_keys=True, default=_json_default)
+        k = self._seen_cases.get(base, 0)
+        self._seen_cases[base] = k + 1
+        key = f"{base}#{k}"
+        if key in self._done:
+            rows = self._done[key]
+            self.rows.extend(rows)
+            self.resumed_rows += len(rows)
+            self._done_order.append(key)
+            # the row keys of a skipped case still count (repeated cases keep their numbers)
+            for r in rows:
+                self._row_key(r["case"], r["peer"], r["device"])
+            return
+        start = len(self.rows)
+        body(self, case)
+        self._done[key] = json.loads(json.dumps(self.rows[start:], default=_json_default))
+        self._done_order.append(key)
+        self._write_partial()
 
     def table(self) -> Any:
         """The rows as a ``rich.table.Table``."""
@@ -499,6 +602,8 @@ class Suite:
         rows = [{**r, "quick": self.quick, "machine": machine} for r in self.rows]
         path = out / f"{self.result_name}.json"
         path.write_text(json.dumps(rows, indent=2, default=_json_default) + "\n")
+        if self.checkpoint is not None:  # the full results are written: the partial ones go
+            Path(self.checkpoint).unlink(missing_ok=True)
         if plot:
             plot_ratios(
                 rows, out / f"{self.result_name}.png", title=self.name, quick=self.quick,
@@ -509,6 +614,34 @@ class Suite:
     def plot(self, path: str | os.PathLike[str]) -> Path:
         """Bar chart of the ratios per case and peer (needs matplotlib); see :func:`plot_ratios`."""
         return plot_ratios(self.rows, path, title=self.name, quick=self.quick)
+
+
+_CHECKPOINTING: contextvars.ContextVar[tuple[Path, bool] | None] = contextvars.ContextVar(
+    "rml_fast_bench_checkpointing", default=None)
+
+
+@contextlib.contextmanager
+def checkpointing(out_dir: str | os.PathLike[str], *, resume: bool = False) -> Iterator[None]:
+    """Every :class:`Suite` created inside the block keeps partial results in ``out_dir``.
+
+    Each suite writes ``<out_dir>/<result_name>.partial.json`` after every row and case
+    (atomically) and removes it in :meth:`Suite.save`; with ``resume=True`` a suite loads
+    its partial file if there is one and skips the finished cases. ``benchmarks/run_all.py``
+    (``rml-fast bench``) runs every suite in such a block (``--resume``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from rml_fast.benchmarking import Suite, checkpointing
+    >>> with tempfile.TemporaryDirectory() as d, checkpointing(d):
+    ...     Suite("demo", quick=True).checkpoint.name
+    'demo.quick.partial.json'
+    """
+    token = _CHECKPOINTING.set((Path(out_dir), bool(resume)))
+    try:
+        yield
+    finally:
+        _CHECKPOINTING.reset(token)
 
 
 _MAX_BARS = 60
