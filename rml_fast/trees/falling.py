@@ -51,6 +51,7 @@ __all__ = [
     "FallingTreeClassifier",
     "IncompleteSearchError",
     "IncompleteSearchWarning",
+    "rashomon_sweep",
 ]
 
 
@@ -457,3 +458,99 @@ class FallingRashomonSet(_Params):
 
 for _cls in (FallingTreeClassifier, FallingRashomonSet):
     _cls.__doc__ = (_cls.__doc__ or "").replace("{common}", _COMMON_DOC.strip("\n").lstrip())
+
+
+def rashomon_sweep(
+    X: Any,
+    y: Any,
+    regularizations: Any,
+    depth_budgets: Any,
+    *,
+    sample_weight: Any = None,
+    checkpoint: str | None = None,
+    progress: bool = True,
+    **params: Any,
+) -> list[dict[str, Any]]:
+    """Fit a :class:`FallingRashomonSet` at every (regularization, depth_budget) of a grid,
+    resumably.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, p), 0/1
+    y : array-like of shape (n,), 0/1
+    regularizations : sequence of float
+        ``lambda`` values (outer loop).
+    depth_budgets : sequence of int
+        Depth budgets (inner loop).
+    sample_weight : array-like of shape (n,), optional
+    checkpoint : str or path, optional
+        A file rewritten atomically after every grid point; a call whose ``checkpoint``
+        exists skips the points it holds (same data, grid and parameters, else
+        ``ValueError``), so an interrupted sweep (Ctrl-C, a killed process) continues where
+        it stopped with the same result. A single native search is not resumable: a point
+        interrupted mid-search starts again from scratch (the search's state is a large
+        in-memory DAG of subproblems; bound it with ``time_limit`` / ``memory_limit``).
+    progress : bool, default=True
+        A tqdm bar over the grid points.
+    **params
+        Other :class:`FallingRashomonSet` parameters (``rashomon_multiplier``, ``max_trees``, ...).
+
+    Returns
+    -------
+    list of dict
+        One per grid point, in grid order: ``regularization``, ``depth_budget``, ``n_trees``
+        (exact, a Python int), ``optimal_objective``, ``theta``, ``complete`` and
+        ``objectives`` (ndarray of the first ``min(n_trees, max_trees)`` objectives, sorted).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rml_fast.trees.falling import rashomon_sweep
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.integers(0, 2, size=(100, 4))
+    >>> y = (rng.random(100) < 0.2 + 0.6 * X[:, 0]).astype(int)
+    >>> out = rashomon_sweep(X, y, [0.01, 0.05], [1, 2], progress=False)
+    >>> [(r["regularization"], r["depth_budget"]) for r in out]
+    [(0.01, 1), (0.01, 2), (0.05, 1), (0.05, 2)]
+    >>> all(r["n_trees"] >= 1 for r in out)
+    True
+    """
+    from tqdm.auto import tqdm
+
+    from rml_fast._checkpoint import digest, load_checkpoint, save_checkpoint
+
+    regs = [float(check_scalar(r, "regularizations", Interval("real", 0, None)))
+            for r in np.atleast_1d(np.asarray(regularizations, dtype=object))]
+    depths = [int(check_scalar(d, "depth_budgets", Interval("int", 1, 64)))
+              for d in np.atleast_1d(np.asarray(depth_budgets, dtype=object))]
+    if not regs or not depths:
+        raise ValueError("regularizations and depth_budgets must be non-empty")
+    for bad in ("regularization", "depth_budget", "progress"):
+        if bad in params:
+            raise TypeError(f"rashomon_sweep sets {bad!r} itself; do not pass it in params")
+    params = {**params, "progress": False}
+    FallingRashomonSet(**params)  # unknown parameters raise TypeError here, before any fit
+    grid = [(r, d) for r in regs for d in depths]
+    fingerprint = {
+        "data": digest(np.asarray(X), np.asarray(y),
+                       None if sample_weight is None else np.asarray(sample_weight)),
+        "grid": grid, "params": sorted((k, repr(v)) for k, v in params.items()),
+    }
+    done: dict[tuple[float, int], dict[str, Any]] = {}
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint, kind="rashomon_sweep", fingerprint=fingerprint)
+        done = dict(state or {})
+    out = []
+    for r, d in tqdm(grid, desc="Rashomon sweep", disable=not progress):
+        if (r, d) not in done:
+            rs = FallingRashomonSet(regularization=r, depth_budget=d, **params).fit(
+                X, y, sample_weight)
+            done[(r, d)] = {
+                "regularization": r, "depth_budget": d, "n_trees": rs.n_trees_,
+                "optimal_objective": float(rs.optimal_objective_), "theta": float(rs.theta_),
+                "complete": bool(rs.complete_), "objectives": np.array(rs.objectives_),
+            }
+            if checkpoint is not None:
+                save_checkpoint(checkpoint, done, kind="rashomon_sweep", fingerprint=fingerprint)
+        out.append(done[(r, d)])
+    return out
