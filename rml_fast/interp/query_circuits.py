@@ -255,7 +255,7 @@ class QueryCircuitSearch:
     def _score_views(
         self, model: Any, graph: EdgeGraph, clean: torch.Tensor, corrupt: torch.Tensor,
         metric: Callable[[torch.Tensor], torch.Tensor], views: Sequence[Any] | None,
-        gen: np.random.Generator,
+        gen: np.random.Generator, checkpoint: Any = None,
     ) -> torch.Tensor:  # fmt: skip
         from tqdm.auto import tqdm
 
@@ -281,15 +281,33 @@ class QueryCircuitSearch:
                 m = v[2] if len(v) == 3 else metric
                 _check_view_position(i, v[0], m, shared=len(v) == 2, n_query=clean.shape[-1])
                 jobs.append((v[0], v[1], m, 0.0, None))
-        out = []
+        out: list[torch.Tensor] = []
+        fingerprint: dict[str, Any] = {}
+        if checkpoint is not None:
+            from rml_fast._checkpoint import digest, load_checkpoint
+
+            fingerprint = {
+                "params": repr(sorted((k, repr(v)) for k, v in vars(self).items()
+                                      if not k.startswith("_") and not k.endswith("_")
+                                      and k not in ("progress", "random_state"))),
+                "model": digest(*[p for p in model.parameters()]),
+                "jobs": digest(*[x for c, k, _, sd, seed in jobs for x in (c, k, sd, seed)]),
+            }
+            out = list(load_checkpoint(checkpoint, kind="QueryCircuitSearch.scores",
+                                       fingerprint=fingerprint) or [])
         for c, k, m, sd, seed in tqdm(
-            jobs, desc="EAP-IG views", disable=not self.progress, leave=False
+            jobs[len(out):], desc="EAP-IG views", disable=not self.progress, leave=False
         ):
             out.append(
                 eap_ig_scores(model, graph, c, k, m, steps=self.steps, method=self.method,
                               noise_std=sd, seed=seed)
             )  # fmt: skip
-        return torch.stack(out)
+            if checkpoint is not None:
+                from rml_fast._checkpoint import save_checkpoint
+
+                save_checkpoint(checkpoint, [t.detach().cpu() for t in out],
+                                kind="QueryCircuitSearch.scores", fingerprint=fingerprint)
+        return torch.stack([t.to(clean.device) for t in out])
 
     def _candidates(
         self, graph: EdgeGraph, scores: torch.Tensor, size: int, base_seed: int
@@ -311,6 +329,8 @@ class QueryCircuitSearch:
         corrupt: torch.Tensor,
         metric: LogitDiff | Callable[[torch.Tensor], torch.Tensor],
         views: Sequence[Any] | None = None,
+        *,
+        checkpoint: Any = None,
     ) -> QueryCircuitSearch:
         """Search circuits for the query ``clean`` (shape (1, P)) against ``corrupt``.
 
@@ -322,6 +342,13 @@ class QueryCircuitSearch:
             The task metric ``L``.
         views : list of (clean, corrupt) or (clean, corrupt, metric), optional
             Paraphrase views for ``sampler="para"``.
+        checkpoint : str or path, optional
+            A file rewritten atomically after each scored view (the EAP-IG passes, the
+            long part of the search). A call whose ``checkpoint`` exists re-uses the views
+            it holds and scores the rest, so an interrupted search (Ctrl-C, a killed
+            process) ends with the result of an uninterrupted one. It is refused
+            (``ValueError``) for another model, query, views or parameters, and needs a
+            reproducible ``random_state`` (not None).
 
         Returns
         -------
@@ -337,6 +364,9 @@ class QueryCircuitSearch:
         """
         graph = EdgeGraph.from_model(model)
         sizes = self._validate(graph)
+        if checkpoint is not None and self.random_state is None:
+            raise ValueError("checkpoint needs a reproducible random_state (an int seed), "
+                             "got random_state=None")
         gen = check_rng(self.random_state)
         with torch.no_grad():
             l_full = float(torch.as_tensor(metric(model(clean))).reshape(-1)[0])
@@ -350,7 +380,7 @@ class QueryCircuitSearch:
                                    ablation=self.ablation, backend=self.backend)[0]
                 )  # fmt: skip
         _check_reference(l_full, l_ref, self.ablation)
-        scores = self._score_views(model, graph, clean, corrupt, metric, views, gen)
+        scores = self._score_views(model, graph, clean, corrupt, metric, views, gen, checkpoint)
         self._base_seed = int(gen.integers(2**62))
         cands = torch.stack([self._candidates(graph, scores, s, self._base_seed) for s in sizes])
         n_per = cands.shape[1]
