@@ -471,6 +471,13 @@ _type2 = Kernel("nudft.type2")
 
 def _theta(x: torch.Tensor, grid: FrequencyGrid) -> torch.Tensor:
     """theta[b, n, f] = 2 pi xi_f . x[b, n], range-reduced in cycles, shape (B, N, F)."""
+    if not _tracing(x):  # the reference path materialises (B, N, F) three times (theta, cos, sin)
+        from rml_fast.config import check_memory
+
+        b, n, f = x.shape[0], x.shape[1], grid.xi.shape[0]
+        check_memory(3 * b * n * f * x.element_size(),
+                     f"the materialised (B, N, F) = ({b}, {n}, {f}) phases of the reference NUDFT",
+                     hint="use backend='native' or 'auto', which never materialise them")
     cyc = torch.einsum("bnd,fd->bnf", x, grid.xi_as(x))
     cyc = cyc - torch.round(cyc).detach()
     return (2 * math.pi) * cyc
