@@ -335,6 +335,7 @@ def lasso_path(
         n_threads = check_scalar(n_threads, "n_threads", Interval("int", 1, None))
     if not isinstance(working_set, (bool, np.bool_)):
         raise TypeError(f"working_set must be a bool, got {type(working_set).__name__}")
+    _check_path_memory(D, Y2.shape[1], lam.size, sparse, n_threads)
     indices, values, indptr, gaps, epochs, *passes = _path(
         D, Y2, lam, nrm2, w0, opts, bool(working_set), int(n_threads or 0),
         device=resolve_device(None), backend=backend,
@@ -488,6 +489,25 @@ def _assemble(indices, values, indptr, gaps, epochs, lam, m, B, dtype, one_d, sp
 
 
 # --- backends ---------------------------------------------------------------------------------
+
+
+_GRAM_CAP = 1024  # features in the native solver's Gram cache per problem (kGramCap)
+
+
+def _check_path_memory(D: np.ndarray, B: int, L: int, sparse: bool, n_threads: Any) -> None:
+    """Refuse (ResourceLimitError) a path whose dense coefficients and Gram caches exceed the
+    memory limit: ``L B m`` coefficients unless ``sparse``, and one Gram cache of at most
+    ``min(m, 1024)^2`` float64 per problem solved at once (``min(B, threads)``)."""
+    from rml_fast.config import check_memory, get_num_threads
+
+    m = D.shape[1]
+    dense = 0 if sparse else L * B * m * D.dtype.itemsize
+    k = min(m, _GRAM_CAP)
+    gram = min(B, int(n_threads or get_num_threads())) * k * k * 8
+    check_memory(dense + gram,
+                 f"the Lasso path (dense coefficients (L, B, m) = ({L}, {B}, {m}) and Gram "
+                 f"caches)", hint="pass sparse=True (CSR coefficients) or fewer lambdas or "
+                 "right-hand sides per call")
 
 
 @_path.register("native")
