@@ -227,6 +227,8 @@ def evaluate_masks(
     chunk : int or None, default=None
         Masks per batched forward (None: equal chunks of at most ~40 MB of working set, or of
         half the model's weight bytes if that is larger, so that weight traffic is amortised).
+        An explicit chunk whose working set exceeds :func:`rml_fast.config.get_memory_limit`
+        raises :class:`~rml_fast.exceptions.ResourceLimitError` before any forward.
     backend : {"auto", "torch", "cpp", "triton"}, default="auto"
         Backend of the masked mixing ("auto": C++ on CPU, Triton on CUDA).
     path : {"auto", "dense", "sparse"}, default="auto"
@@ -279,10 +281,17 @@ def evaluate_masks(
         # the circuit run needs only the clean input embedding (every other source is recomputed)
         emb = model.W_E[clean[0, :keep]] + model.W_pos[:keep]  # [P, D]
         src_clean = emb.expand(graph.n_fwd, keep, cfg.d_model)[None]  # shape/dtype/device only
+        per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
+        per_mask *= src_clean.element_size()
+        if chunk is not None:  # an explicit chunk: its working set must fit the memory limit
+            from rml_fast.config import check_memory
+
+            n_chunk = min(chunk, masks.shape[0])
+            check_memory(n_chunk * per_mask,
+                         f"a chunk of {n_chunk} circuits (the batched forward's working set)",
+                         hint="pass a smaller chunk, or chunk=None (chunks of about 40 MB)")
         abl, abl_cum = _ablated(model, corrupt, ablation, keep, src_clean, cache)
         if chunk is None:
-            per_mask = (graph.n_fwd + 4 * cfg.n_heads) * keep * cfg.d_model
-            per_mask *= src_clean.element_size()
             # every chunk streams all weights once: a model whose weights dwarf the working set
             # (12L12H: 328 MB against 20 MB per mask) gets chunks of up to half its weight bytes
             weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
