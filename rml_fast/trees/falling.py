@@ -114,6 +114,13 @@ def _search(est: Any, X: Any, y: Any, sample_weight: Any, *, bound_mode: str,
     if est.on_incomplete not in ("warn", "raise", "ignore"):
         raise ValueError("on_incomplete must be 'warn', 'raise' or 'ignore', "
                          f"got {est.on_incomplete!r}")
+    # the kernel names these depth / branch / max_leaves: check them under the names the
+    # user set, with the kernel's ranges
+    check_scalar(est.depth_budget, "depth_budget", Interval("int", 1, 64))
+    if est.branch_budget is not None:
+        check_scalar(est.branch_budget, "branch_budget", Interval("int", 0, None))
+    if est.leaf_budget is not None:
+        check_scalar(est.leaf_budget, "leaf_budget", Interval("int", 1, None))
     res = gravitree_fit(
         X, y, sample_weight, regularization=est.regularization, depth=est.depth_budget,
         branch=est.branch_budget, loss=est.loss, tau=est.tau, fn_cost=est.fn_cost,

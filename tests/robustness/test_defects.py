@@ -1,0 +1,51 @@
+"""Regression tests for the input-validation defects the entry-point fuzzer found (issue 25)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def tree_data():
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 2, size=(40, 4))
+    return X, X[:, 0] ^ X[:, 1]
+
+
+@pytest.mark.parametrize("cls_name", ["FallingRashomonSet", "FallingTreeClassifier"])
+@pytest.mark.parametrize(("param", "value", "exc"), [
+    ("depth_budget", 0, ValueError), ("depth_budget", 65, ValueError),
+    ("depth_budget", 2.5, TypeError), ("branch_budget", -1, ValueError),
+    ("leaf_budget", 0, ValueError),
+])
+def test_falling_budgets_are_named_as_the_user_set_them(cls_name, param, value, exc, tree_data):
+    """The tree search calls them depth / branch / max_leaves; the error names the budget."""
+    import rml_fast.trees as trees
+
+    est = getattr(trees, cls_name)(**{param: value})
+    with pytest.raises(exc, match=rf"^{param} must be"):
+        est.fit(*tree_data)
+
+
+def test_falling_valid_budgets_unchanged(tree_data):
+    from rml_fast.trees import FallingRashomonSet
+
+    rs = FallingRashomonSet(depth_budget=2, branch_budget=1, leaf_budget=3,
+                            rashomon_multiplier=0.1).fit(*tree_data)
+    assert rs.n_trees_ >= 1
+
+
+@pytest.mark.parametrize("fn", ["nudft_type1", "nudft_type1_reference"])
+def test_nudft_type1_refuses_nan_points(fn):
+    import torch
+
+    from rml_fast.kernels import nudft
+
+    g = nudft.FrequencyGrid(1, 4.9, 0.1)
+    x = torch.rand(2, 7, 1, dtype=torch.float64)
+    x[1, 3, 0] = float("nan")
+    before = x.clone()
+    with pytest.raises(ValueError, match="^x must be finite"):
+        getattr(nudft, fn)(x, torch.randn(2, 7, 3, dtype=torch.float64), g)
+    assert torch.equal(x.isnan(), before.isnan())  # the caller's tensor untouched
