@@ -771,6 +771,8 @@ def train_private(
             optimizer.load_state_dict(state["optimizer"])
             start_epoch, skip, spent = state["epoch"], state["step_in_epoch"], state["spent"]
             epoch_rng, now_rng = state["epoch_rng"], state["rng"]
+            if skip == 0:  # at an epoch boundary: continue from the RNG state of then
+                _set_all_rng_states(gens, now_rng)
             logger.info("train_private: resumed %s at epoch %d, step %d", checkpoint,
                         start_epoch, optimizer.steps)
 
