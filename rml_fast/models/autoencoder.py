@@ -18,6 +18,7 @@ with Adam, is deterministic from its seed, shows a tqdm bar (``progress=True``) 
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ def _torch_generator(seed: Any, name: str = "seed") -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
 
 
+@lru_cache(maxsize=1)
 def _sources() -> dict[str, list[np.ndarray]]:
     from sklearn.datasets import load_digits, load_sample_images
 

@@ -248,3 +248,20 @@ def test_bad_input_names_the_argument(trained):
     with pytest.raises(ValueError, match="latents must have shape"):
         watermark_latent_dataset(x, wm, torch.ones(K))
     assert torch.equal(x, before)
+
+
+def test_demo_quick_runs_and_reports(tmp_path):
+    from rml_fast.watermark.demo import ATTACKS, format_table, run
+
+    out = tmp_path / "distseal.png"
+    res = run(quick=True, progress=False, out=out)
+    assert out.exists() and out.stat().st_size > 1000
+    assert set(res["robustness"]) == set(ATTACKS)
+    assert res["robustness"]["none"] == res["bit_acc"]
+    vals = [v for v in res.values() if isinstance(v, float)]
+    assert all(np.isfinite(v) for v in vals)
+    assert all(0 <= res[k] <= 1 for k in ("bit_acc", "bit_acc_clean", "tpr_at_1pct", "ssim"))
+    # distilling the watermark into the decoder moves Dec'(z) towards Dec(z_w*)
+    assert res["distill_l1_after"] < res["distill_l1_before"]
+    table = format_table(res)
+    assert "bit accuracy, key" in table and "generator distillation" in table
