@@ -64,8 +64,11 @@ class Interval:
         return f"{what} in the range {lb}{lo}, {hi}{rb}"
 
 
-def check_scalar(value: Any, name: str, interval: Interval) -> float | int:
+def check_scalar(value: Any, name: str, interval: Interval) -> Any:
     """Return ``value`` as a Python int/float if it satisfies ``interval``.
+
+    The result is an ``int`` when ``interval.kind == "int"`` and a ``float`` otherwise (typed
+    ``Any`` because the kind is a runtime value, so callers may use it as either).
 
     Raises
     ------
@@ -168,7 +171,7 @@ def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
     if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
         if isinstance(rng, numbers.Integral) and (isinstance(rng, bool) or int(rng) < 0):
             raise ValueError(f"{name} must be a non-negative int seed, got {rng!r}")
-        return np.random.default_rng(rng)
+        return np.random.default_rng(rng if rng is None or isinstance(rng, np.random.SeedSequence) else int(rng))
     if isinstance(rng, np.random.Generator):
         return rng
     raise TypeError(
