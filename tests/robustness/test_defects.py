@@ -46,6 +46,6 @@ def test_nudft_type1_refuses_nan_points(fn):
     x = torch.rand(2, 7, 1, dtype=torch.float64)
     x[1, 3, 0] = float("nan")
     before = x.clone()
-    with pytest.raises(ValueError, match="^x must be finite"):
+    with pytest.raises(ValueError, match=r"^x must be finite"):
         getattr(nudft, fn)(x, torch.randn(2, 7, 3, dtype=torch.float64), g)
     assert torch.equal(x.isnan(), before.isnan())  # the caller's tensor untouched
