@@ -161,6 +161,8 @@ constexpr std::int64_t kSerialWork = std::int64_t(1) << 24;
 template <typename T>
 void type1(const T* x, const T* v, std::int64_t B, std::int64_t N, std::int64_t C,
            const Grid& grid, int sign, T* out_re, T* out_im, T* dens_re, T* dens_im) {
+  // An empty batch has nothing to write (and B = 0 would divide by zero in the task split).
+  if (B <= 0) return;
   const std::int64_t F = grid.n_freq();
   const int d = grid.dim;
   // Enough tasks to keep every thread busy when B is small.

@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/arrays.hpp"
@@ -13,8 +14,20 @@ using namespace pybind11::literals;
 
 namespace {
 
+// Largest dim the kernels accept: keeps (dim + 3) / 4, the padded row and the Philox counter
+// arithmetic far from int64 overflow (a row of 2^40 float64 values is 8 TiB anyway).
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+// good_size(n) doubles up to the first f * 2^m >= n: n <= 2^60 keeps that product in int64.
+constexpr std::int64_t kMaxFftSize = std::int64_t{1} << 60;
+
+void check_dim(std::int64_t dim) {
+  if (dim < 1 || dim > kMaxDim) {
+    throw py::value_error("dim must be in [1, 2**40], got " + std::to_string(dim));
+  }
+}
+
 void check_params(std::int64_t dim, double sigma, double k, double p) {
-  if (dim < 1) throw py::value_error("dim must be >= 1, got " + std::to_string(dim));
+  check_dim(dim);
   if (!(sigma > 0.0) || !std::isfinite(sigma)) throw py::value_error("sigma must be finite and > 0");
   if (!(k > 0.0) || !std::isfinite(k)) throw py::value_error("k must be finite and > 0");
   if (!(p > 0.0) || !std::isfinite(p)) throw py::value_error("p must be finite and > 0");
@@ -24,6 +37,10 @@ template <typename T>
 void sample_into(py::array out, std::int64_t n, std::int64_t dim, double sigma, double k, double p,
                  std::uint64_t seed, std::uint64_t offset) {
   T* data = rml::writable_vector<T>(out, "out");
+  if (n > std::numeric_limits<std::int64_t>::max() / dim) {
+    throw py::value_error("n * dim overflows int64 (n=" + std::to_string(n) + ", dim=" +
+                          std::to_string(dim) + ")");
+  }
   if (static_cast<std::int64_t>(out.shape(0)) != n * dim) {
     throw py::value_error("out: expected n * dim = " + std::to_string(n * dim) + " elements, got " +
                           std::to_string(out.shape(0)));
@@ -46,7 +63,10 @@ const double* readonly_vector(const py::array& a, const char* name) {
 void register_sgg(py::module_ m) {
   m.doc() = "Spherical Generalized Gamma mechanisms: Philox sampling and privacy-loss CDF";
   m.attr("GAMMA_ATTEMPTS") = rml::sgg::kGammaAttempts;
-  m.def("counters_per_row", &rml::sgg::counters_per_row, "dim"_a,
+  m.def("counters_per_row", [](std::int64_t dim) {
+          check_dim(dim);
+          return rml::sgg::counters_per_row(dim);
+        }, "dim"_a,
         "Philox counters consumed by one sample of dimension dim.");
   m.def(
       "sample",
@@ -153,7 +173,10 @@ void register_sgg(py::module_ m) {
       "Vectorised epsilon(delta) of a discrete PLD (suffix sums, binary search, exact in-cell solve).");
 
   // --- FFT composition -------------------------------------------------------------
-  m.def("fft_good_size", &rml::fft::good_size, "n"_a,
+  m.def("fft_good_size", [](std::int64_t n) {
+          if (n > kMaxFftSize) throw py::value_error("n must be <= 2**60, got " + std::to_string(n));
+          return rml::fft::good_size(n);
+        }, "n"_a,
         "Smallest even length f * 2^m >= n (f in {1, 3, 5}) accepted by the real transforms.");
   m.def(
       "fft_rfft",

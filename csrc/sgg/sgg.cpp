@@ -138,6 +138,9 @@ constexpr std::int64_t kRowChunk = 256;
 template <typename T>
 void sample_impl(T* out, std::int64_t n, std::int64_t dim, double sigma, double k, double p,
                  std::uint64_t seed, std::uint64_t offset) {
+  // Nothing to draw: return before the per-thread row buffer (sized by dim) is allocated,
+  // since an allocation failure inside the parallel region could only terminate the process.
+  if (n <= 0) return;
   const std::int64_t stride = counters_per_row(dim);
   const std::int64_t nq = (dim + 3) / 4;
   const std::int64_t padded = (4 * nq + 7) / 8 * 8;
