@@ -92,7 +92,7 @@ def random_message(nbits: int, n: int | None = None, generator: Any = None) -> T
     Examples
     --------
     >>> random_message(8, generator=0).tolist()
-    [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
     """
     K = int(check_scalar(nbits, "nbits", Interval("int", 1, None)))
     g = _torch_generator(generator, "generator")
