@@ -52,11 +52,14 @@ def _train(opt_cls: type, sampler: torch.utils.data.Sampler, name: str) -> tuple
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
+    import datetime
+
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    # a short timeout: a broken collective fails the test instead of hanging it for 30 min
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=120))
     try:
         res: dict = {}
         for name in CONFIGS:
