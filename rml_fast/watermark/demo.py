@@ -1,7 +1,7 @@
 """DistSeal end to end on a CPU (``rml-fast demo watermark distseal``).
 
 Data: random 32 x 32 patches of scikit-learn's two sample photographs (``load_sample_images``),
-2,048 for training and 128 held out (``--quick``: 16 px, fewer of each).
+1,024 for training and 128 held out (``--quick``: 16 px, fewer of each).
 
 1. Train :class:`~rml_fast.models.autoencoder.TinyAutoencoder` (f = 4, 4 latent channels).
 2. Train the post-hoc latent watermarker (:class:`~rml_fast.watermark.distseal.LatentWatermarker`,
@@ -51,9 +51,9 @@ ATTACKS: dict[str, Any] = {
     "blur k=5": lambda x: A.gaussian_blur(x, 5),
 }
 
-_FULL = {"size": 32, "n_train": 2048, "n_test": 128, "ae_width": 16, "ae_steps": 600,
-         "nbits": 16, "width": 32, "wm_steps": 800, "wm_lr": 3e-3, "schedule": (1.5, 0.75),
-         "distill_steps": 300, "ddpm_steps": 600, "ddpm_width": 48, "ddpm_T": 100}
+_FULL = {"size": 32, "n_train": 1024, "n_test": 128, "ae_width": 16, "ae_steps": 300,
+         "nbits": 16, "width": 24, "wm_steps": 400, "wm_lr": 3e-3, "schedule": (1.5, 0.75),
+         "distill_steps": 150, "ddpm_steps": 300, "ddpm_width": 32, "ddpm_T": 50}
 _QUICK = {"size": 16, "n_train": 96, "n_test": 16, "ae_width": 8, "ae_steps": 15,
           "nbits": 8, "width": 8, "wm_steps": 15, "wm_lr": 5e-3, "schedule": (2.0, 2.0),
           "distill_steps": 10, "ddpm_steps": 10, "ddpm_width": 8, "ddpm_T": 10}
