@@ -371,6 +371,9 @@ class Suite:
         self._seen_rows: dict[str, int] = {}
         self._case_rows: dict[str, list[dict[str, Any]]] = {}
         self.resumed_rows = 0
+        # fixed at creation: a body that changes ``repeat`` for a case must not change it
+        self._fp = {"suite": self.name, "quick": self.quick, "repeat": self.repeat,
+                    "warmup": self.warmup}
         if self.resume and self.checkpoint is not None and Path(self.checkpoint).exists():
             data = json.loads(Path(self.checkpoint).read_text())
             mine = self._fingerprint()
@@ -386,8 +389,7 @@ class Suite:
                         len(self._done))
 
     def _fingerprint(self) -> dict[str, Any]:
-        return {"suite": self.name, "quick": self.quick, "repeat": self.repeat,
-                "warmup": self.warmup}
+        return self._fp
 
     def _write_partial(self) -> None:
         if self.checkpoint is None:
