@@ -51,6 +51,18 @@ def _train(opt_cls: type, sampler: torch.utils.data.Sampler, name: str) -> tuple
     return [p.detach().clone() for p in model.parameters()], eps[-1]
 
 
+def _train_even(opt_cls: type, rank: int, world: int) -> list:
+    model = _model()
+    kw = {"poisson": False} if world > 1 else {}
+    opt = opt_cls(model, **_opt_kwargs("dpc4"), **kw)
+    x, y = _data().tensors
+    per = 8 // world
+    for t in range(STEPS):
+        a = 8 * t + per * rank
+        opt.step(nn.CrossEntropyLoss(), x[a:a + per], y[a:a + per])
+    return [p.detach().clone() for p in model.parameters()]
+
+
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     import datetime
 
@@ -65,6 +77,9 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         for name in CONFIGS:
             sampler = shard_poisson_sampler(N, Q, seed=MASK_SEED, steps=STEPS)
             res[name] = _train(DistributedDPC4Optimizer, sampler, name)
+        # fixed-size batches split evenly over the ranks (poisson=False): the single process
+        # on the whole batches
+        res["even"] = _train_even(DistributedDPC4Optimizer, rank, world)
         # without Poisson sampling, uneven per-rank batches raise on every rank before a pass
         model = _model()
         opt = DistributedDPC4Optimizer(model, poisson=False, **_opt_kwargs("dpc4"))
@@ -123,6 +138,13 @@ def test_two_ranks_equal_single_process(ddp_results: list[dict], name: str) -> N
     # both ranks hold the same model
     for a, b in zip(ddp_results[0][name][0], ddp_results[1][name][0], strict=True):
         assert torch.equal(a, b)
+
+
+def test_even_fixed_batches_equal_single_process(ddp_results: list[dict]) -> None:
+    ref = _train_even(DPC4Optimizer, 0, 1)
+    for res in ddp_results:
+        for w, r in zip(res["even"], ref, strict=True):
+            torch.testing.assert_close(w, r, rtol=1e-10, atol=1e-12)
 
 
 def test_uneven_batches_without_poisson_raise(ddp_results: list[dict]) -> None:
