@@ -2,3 +2,5 @@
 reward calibration, AIR, ARSPO and f-divergence unlearning (torch losses for plain loops and TRL)."""
 
 from __future__ import annotations
+
+__all__: list[str] = []  # the public names live in the submodules

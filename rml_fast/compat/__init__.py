@@ -12,3 +12,5 @@ module that needs it):
 """
 
 from __future__ import annotations
+
+__all__: list[str] = []  # the public names live in the submodules

@@ -11,6 +11,11 @@ from importlib import resources
 
 import numpy as np
 
+__all__ = [
+    "BINARIZED_DATASETS",
+    "load_binarized",
+]
+
 BINARIZED_DATASETS = (
     "monk_1", "monk_2", "monk_3", "compas-binned", "fico-binary", "tic-tac-toe",
     "car_evaluation", "coupon-bar",

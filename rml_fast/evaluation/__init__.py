@@ -5,3 +5,5 @@ Model-facing parts take black-box callables (:mod:`rml_fast.evaluation._protocol
 """
 
 from __future__ import annotations
+
+__all__: list[str] = []  # the public names live in the submodules

@@ -24,6 +24,11 @@ from rml_fast._validation import Interval, check_scalar
 from rml_fast.interp.circuit_eval import _check_tokens, source_names, stack_sources
 from rml_fast.interp.edge_graph import EdgeGraph
 
+__all__ = [
+    "eap_ig_scores",
+    "metric_rows",
+]
+
 _METHODS = ("inputs", "activations", "eap")
 
 

@@ -11,6 +11,14 @@ import torch
 
 from rml_fast._validation import Interval, check_array, check_scalar
 
+__all__ = [
+    "LogitDiff",
+    "logit_diff",
+    "ndf",
+    "nfs",
+    "sizes_from_densities",
+]
+
 
 def _ids(x: Any, name: str, batch: int, ndim: int) -> torch.Tensor:
     t = torch.as_tensor(x)

@@ -9,6 +9,10 @@ import torch
 
 from rml_fast.interp.edge_graph import EdgeGraph
 
+__all__ = [
+    "draw_circuit",
+]
+
 _COLORS = {
     "q": "tab:blue",
     "k": "tab:orange",

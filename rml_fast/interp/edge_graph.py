@@ -27,6 +27,10 @@ import torch
 
 from rml_fast._validation import Interval, check_scalar
 
+__all__ = [
+    "EdgeGraph",
+]
+
 
 @dataclass(frozen=True, eq=False)
 class EdgeGraph:

@@ -6,3 +6,5 @@ tests compare against. See :mod:`rml_fast.kernels._dispatch` for the shared patt
 """
 
 from __future__ import annotations
+
+__all__: list[str] = []  # the public names live in the submodules

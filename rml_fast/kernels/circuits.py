@@ -31,6 +31,12 @@ from typing import Any
 
 from rml_fast.kernels._dispatch import Kernel, device_of
 
+__all__ = [
+    "SPARSE_DENSITY",
+    "masked_mix",
+    "masked_mix_reference",
+]
+
 SPARSE_DENSITY = 0.15
 _PATHS = ("auto", "dense", "sparse")
 

@@ -39,6 +39,20 @@ import numpy as np
 from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.kernels._dispatch import NUMPY, Kernel
 
+__all__ = [
+    "BOUND_MODES",
+    "LOSSES",
+    "GraviTreeProblem",
+    "GraviTreeResult",
+    "canonical_string",
+    "gravitree_fit",
+    "gravitree_fit_reference",
+    "leaf_loss",
+    "objective",
+    "prepare_problem",
+    "theta_of",
+]
+
 logger = logging.getLogger(__name__)
 
 BOUND_MODES = {"optimal": 0, "multiplier": 1, "adder": 2, "bound": 3}

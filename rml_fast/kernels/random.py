@@ -21,6 +21,16 @@ import numpy as np
 from rml_fast._validation import Interval, check_rng, check_scalar
 from rml_fast.kernels._dispatch import Device, Kernel, resolve_device
 
+__all__ = [
+    "MAX_COUNTER",
+    "normal",
+    "normal_reference",
+    "philox4x32_reference",
+    "seed_from_rng",
+    "uniform",
+    "uniform_reference",
+]
+
 MAX_COUNTER = 2**63 - 1  # Triton offsets are int64
 _PHILOX_W = (np.uint32(0x9E3779B9), np.uint32(0xBB67AE85))
 _PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))

@@ -15,6 +15,10 @@ import torch
 
 from rml_fast.models.transformer import TinyTransformer
 
+__all__ = [
+    "to_transformer_lens",
+]
+
 
 def to_transformer_lens(model: TinyTransformer) -> Any:
     """A ``HookedTransformer`` with ``model``'s weights (same dtype, on the CPU).

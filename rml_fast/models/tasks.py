@@ -32,6 +32,24 @@ import torch
 
 from rml_fast._validation import Interval, check_rng, check_scalar
 
+__all__ = [
+    "CHARLM_MODULES",
+    "IOI_NAMES",
+    "IOI_OBJECTS",
+    "IOI_PLACES",
+    "IOI_TEMPLATES",
+    "TASKS",
+    "CharLMTask",
+    "DigitsAddTask",
+    "IOITask",
+    "InductionTask",
+    "ModAddTask",
+    "Query",
+    "Task",
+    "make_task",
+    "stdlib_corpus",
+]
+
 
 @dataclass(frozen=True)
 class Query:

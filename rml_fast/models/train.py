@@ -22,6 +22,12 @@ from rml_fast._validation import Interval, check_scalar
 from rml_fast.models.tasks import Task, make_task
 from rml_fast.models.transformer import TinyConfig, TinyTransformer
 
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "cache_dir",
+    "train_tiny",
+]
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1

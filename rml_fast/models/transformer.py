@@ -39,6 +39,15 @@ from typing import Any
 import torch
 from torch import nn
 
+__all__ = [
+    "HookPoint",
+    "TinyConfig",
+    "TinyTransformer",
+    "activation",
+    "attention_heads",
+    "layer_norm",
+]
+
 HookFn = Callable[[torch.Tensor, "HookPoint"], Any]
 
 _ACTS = ("gelu", "relu")

@@ -9,6 +9,12 @@ from rml_fast.models.tasks import Task, make_task
 from rml_fast.models.train import train_tiny
 from rml_fast.models.transformer import TinyConfig, TinyTransformer
 
+__all__ = [
+    "ZOO",
+    "Recipe",
+    "tiny_model",
+]
+
 
 @dataclass(frozen=True)
 class Recipe:

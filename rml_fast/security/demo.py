@@ -38,6 +38,15 @@ from rml_fast.security.gtm import (
     ranking_consistency,
 )
 
+__all__ = [
+    "RATES",
+    "TARGET",
+    "TARGETS",
+    "format_table",
+    "main",
+    "run",
+]
+
 TARGET = "seven <eos>"
 RATES = (0.0, 6.25, 12.5, 25.0)
 TARGETS = ("first_text", "last")

@@ -36,6 +36,18 @@ from rml_fast._validation import check_rng
 from rml_fast.steering.bayes_opt import bayes_opt_strength
 from rml_fast.steering.srls import SRLS, SAEDecoderAdapter
 
+__all__ = [
+    "ADJECTIVES",
+    "SUBJECTS",
+    "TEMPLATES",
+    "DemoResult",
+    "hash_embedder",
+    "main",
+    "minilm_embedder",
+    "run_demo",
+    "train_topk_sae",
+]
+
 log = logging.getLogger(__name__)
 
 SUBJECTS = [

@@ -2,3 +2,5 @@
 strategic agents that evaluates any classifier."""
 
 from __future__ import annotations
+
+__all__: list[str] = []  # the public names live in the submodules

@@ -15,6 +15,11 @@ import numpy as np
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 
+__all__ = [
+    "QuantileBinarizer",
+    "ThresholdGuessBinarizer",
+]
+
 
 class _Binarizer:
     thresholds_: list[np.ndarray]

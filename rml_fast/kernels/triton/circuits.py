@@ -12,6 +12,10 @@ import torch
 import triton
 import triton.language as tl
 
+__all__ = [
+    "masked_mix_triton",
+]
+
 
 @triton.jit
 def _masked_mix_kernel(

@@ -14,6 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+__all__ = [
+    "ghost_norm_sq",
+    "scaled_outer_accumulate",
+]
+
 _BS = 16  # rows (positions) per Gram tile
 _BK = 32  # feature chunk
 

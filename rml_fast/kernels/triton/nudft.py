@@ -23,6 +23,11 @@ import torch
 import triton
 import triton.language as tl
 
+__all__ = [
+    "type1",
+    "type2",
+]
+
 _TWO_PI = 2 * math.pi
 
 

@@ -6,6 +6,10 @@ import torch
 import triton
 import triton.language as tl
 
+__all__ = [
+    "fill",
+]
+
 _BLOCK = 1024
 
 

@@ -14,6 +14,11 @@ import torch
 import triton
 import triton.language as tl
 
+__all__ = [
+    "MAX_DIM",
+    "sample",
+]
+
 MAX_DIM = 16384
 
 
