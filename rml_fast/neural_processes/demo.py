@@ -204,7 +204,8 @@ class _Stepper:
 
     ``schedule="cosine"`` sets the learning rate before every step to
     ``lr * max(0.5 (1 + cos(pi min(seconds / budget, 1))), 0.01)``: a cosine decay over the
-    model's own share of the wall-clock budget (to 1% of ``lr``)."""
+    model's own share of the wall-clock budget (to 1% of ``lr``); with ``max_steps`` the decay
+    runs over the steps instead (``steps / max_steps``)."""
 
     def __init__(
         self,
@@ -216,8 +217,10 @@ class _Stepper:
         kernel: str,
         schedule: str = "constant",
         budget: float = 0.0,
+        max_steps: int | None = None,
     ):
         self.model = model
+        self.max_steps = max_steps
         self.gen = GPGenerator(kernel, batch_size=batch_size, rng=rng)
         self.opt = torch.optim.AdamW(model.parameters(), lr=lr)
         self.lr, self.schedule, self.budget = lr, schedule, budget
@@ -226,7 +229,10 @@ class _Stepper:
     def step(self) -> None:
         t0 = time.perf_counter()
         if self.schedule == "cosine":
-            u = min(self.seconds / self.budget, 1.0) if self.budget > 0 else 1.0
+            if self.max_steps is not None:
+                u = min(self.steps / self.max_steps, 1.0)
+            else:
+                u = min(self.seconds / self.budget, 1.0) if self.budget > 0 else 1.0
             factor = max(0.5 * (1.0 + math.cos(math.pi * u)), 0.01)
             for group in self.opt.param_groups:
                 group["lr"] = self.lr * factor
@@ -250,6 +256,7 @@ def train_for(
     kernel: str = "rbf",
     schedules: Sequence[str] | None = None,
     progress: bool = False,
+    steps: int | Sequence[int] | None = None,
 ) -> list[int]:
     """Train each model on fresh GP tasks (AdamW, grad-clip 0.5) for ``seconds`` of its own time.
 
@@ -264,6 +271,11 @@ def train_for(
     ``schedules`` gives each model's learning-rate schedule, among :data:`SCHEDULES`
     (None: all ``"constant"``); ``"cosine"`` decays ``lr`` over the model's own ``seconds``
     (see ``_Stepper``).
+
+    ``steps`` (one count for all models or one per model) replaces the wall-clock budget by a
+    fixed number of optimiser steps (``seconds`` is then ignored and the cosine decays over the
+    steps): the result no longer depends on the machine's speed or load, which is what tests
+    need.
 
     Returns
     -------
@@ -284,10 +296,19 @@ def train_for(
         raise ValueError(f"lr and batch_size must be one value or one per model ({n})")
     lrs = [float(check_scalar(v, "lr", Interval("real", 0, None, "neither"))) for v in lrs]
     sizes = [int(check_scalar(v, "batch_size", Interval("int", 1, None))) for v in sizes]
+    limits: list[int | None] = [None] * n
+    if steps is not None:
+        limits = [steps] * n if isinstance(steps, (int, np.integer)) else list(steps)
+        if len(limits) != n:
+            raise ValueError(f"steps must be one value or one per model ({n})")
+        limits = [int(check_scalar(v, "steps", Interval("int", 1, None))) for v in limits]
     steppers = [
-        _Stepper(m, lr=a, batch_size=b, rng=seed, kernel=kernel, schedule=sch, budget=seconds)
-        for m, a, b, sch in zip(models, lrs, sizes, schedules, strict=True)
+        _Stepper(m, lr=a, batch_size=b, rng=seed, kernel=kernel, schedule=sch, budget=seconds,
+                 max_steps=k)
+        for m, a, b, sch, k in zip(models, lrs, sizes, schedules, limits, strict=True)
     ]
+    if steps is not None:
+        return _train_steps(steppers, progress)
     from tqdm.auto import tqdm
 
     with tqdm(total=round(seconds, 1), desc="train", disable=not progress, leave=False,
@@ -301,6 +322,22 @@ def train_for(
                 s.step()
             bar.update(round(min(min(s.seconds for s in steppers), seconds), 1) - bar.n)
             bar.set_postfix_str("steps " + "/".join(str(s.steps) for s in steppers), refresh=False)
+    return [s.steps for s in steppers]
+
+
+def _train_steps(steppers: list[_Stepper], progress: bool) -> list[int]:
+    """Round-robin steps until every stepper has done its ``max_steps``."""
+    from tqdm.auto import tqdm
+
+    total = sum(int(s.max_steps or 0) for s in steppers)
+    with tqdm(total=total, desc="train", unit="step", disable=not progress, leave=False) as bar:
+        while True:
+            active = [s for s in steppers if s.steps < int(s.max_steps or 0)]
+            if not active:
+                break
+            for s in active:
+                s.step()
+            bar.update(len(active))
     return [s.steps for s in steppers]
 
 
@@ -362,6 +399,7 @@ def run_demo(
     schedule: str = "cosine",
     baseline_schedule: str = "cosine",
     progress: bool = True,
+    steps: int | Sequence[int] | None = None,
 ) -> list[DemoRow]:
     """Train SFConvCNP and ConvCNP baselines for ``budget`` seconds each; evaluate on GP-RBF.
 
@@ -392,6 +430,10 @@ def run_demo(
         comparison does not hinge on the schedule ("constant" trains them as until round 4).
     progress : bool, default=True
         Show tqdm bars (stderr) while training and evaluating.
+    steps : int or sequence of int, optional
+        A fixed number of optimiser steps (one for all models, or SFConvCNP first then one per
+        baseline) instead of the wall-clock ``budget``: a result that does not depend on the
+        machine's speed or load (see :func:`train_for`).
 
     The SFConvCNP is built from :data:`DEMO_CONFIG` and trains with AdamW as in
     :data:`DEMO_TRAINING` (lr 4e-3, batches of 32 tasks); the baselines as in
@@ -453,6 +495,7 @@ def run_demo(
             lr=[DEMO_TRAINING["lr"]] + [BASELINE_TRAINING["lr"]] * nb,
             batch_size=[DEMO_TRAINING["batch_size"]] + [BASELINE_TRAINING["batch_size"]] * nb,
             progress=progress,
+            steps=steps,
         )
     finally:
         torch.set_num_threads(threads_before)
