@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build, repair and smoke-test rml_fast's binary wheel and sdist, end to end, in temp dirs.
 #
-#   scripts/check_wheel.sh [--head] [--tree] [--keep] [--out DIR]
+#   scripts/check_wheel.sh [--head] [--tree] [--wheel FILE] [--keep] [--out DIR]
 #
 # Steps (each timed; any failure exits non-zero):
 #   1. copy the checkout to a temp dir (tracked + untracked-but-not-ignored files; --head: the
@@ -19,6 +19,8 @@
 #   6. `ldd` of the installed _C*.so: nothing missing, libgomp resolved from rml_fast.libs/;
 #   7. `rml-fast info`, and tests/test_wheel_smoke.py copied alone to a temp dir and run there
 #      with RML_FAST_WHEEL_SMOKE=1 (asserts _C is the installed wheel's, not a checkout's).
+# --wheel FILE skips steps 3-4 and checks a wheel built elsewhere (e.g. by cibuildwheel; it must
+# already carry a manylinux tag and match the venvs' Python).
 # Prints the wheel's tag and size, the smoke result, the time and the load average.
 # --keep keeps the temp dir; --out DIR copies the repaired wheel and the sdist to DIR.
 # Env: PYTHON (interpreter for the venvs, default python3), RML_WHEEL_TOOLS, RML_WHEEL_TORCH.
@@ -27,14 +29,15 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 TORCH_SPEC="${RML_WHEEL_TORCH:-torch==2.13.0}"
-HEAD=0 TREE=0 KEEP=0 OUT=""
+HEAD=0 TREE=0 KEEP=0 OUT="" GIVEN=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --head) HEAD=1 ;;
     --tree) TREE=1 ;;
     --keep) KEEP=1 ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --wheel) GIVEN="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "check_wheel.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -82,7 +85,11 @@ done
 
 # --- 3. sdist and wheel ------------------------------------------------------------------
 mkdir -p "$WORK/dist" "$WORK/wheel" "$WORK/wheelhouse"
-if [ "$TREE" = 1 ]; then
+if [ -n "$GIVEN" ]; then
+  step "given wheel: $GIVEN (no build, no repair)"
+  [ -f "$GIVEN" ] || fail "no such wheel: $GIVEN"
+  TREE=1
+elif [ "$TREE" = 1 ]; then
   step "pip wheel <tree> --no-deps (compiles _C)"
   "$TOOLS/bin/python" -m pip wheel "$WORK/src" --no-deps -w "$WORK/wheel" \
     --config-settings=build-dir="$WORK/build" > "$WORK/wheel.log" 2>&1 ||
@@ -98,19 +105,23 @@ else
     --config-settings=build-dir="$WORK/build" > "$WORK/wheel.log" 2>&1 ||
     { tail -40 "$WORK/wheel.log"; fail "pip wheel from the sdist"; }
 fi
-RAW="$(ls "$WORK"/wheel/rml_fast-*.whl)"
-echo "built: $(basename "$RAW")"
+if [ -n "$GIVEN" ]; then
+  WHEEL="$GIVEN"
+else
+  RAW="$(ls "$WORK"/wheel/rml_fast-*.whl)"
+  echo "built: $(basename "$RAW")"
 
-# --- 4. repair ---------------------------------------------------------------------------
-step "auditwheel repair"
-PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" show "$RAW" | sed -n '1,8p'
-PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair "$RAW" -w "$WORK/wheelhouse" \
-  > "$WORK/repair.log" 2>&1 || { tail -40 "$WORK/repair.log"; fail "auditwheel repair"; }
-WHEEL="$(ls "$WORK"/wheelhouse/rml_fast-*.whl)"
+  # --- 4. repair -------------------------------------------------------------------------
+  step "auditwheel repair"
+  PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" show "$RAW" | sed -n '2,3p'
+  PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/auditwheel" repair "$RAW" -w "$WORK/wheelhouse" \
+    > "$WORK/repair.log" 2>&1 || { tail -40 "$WORK/repair.log"; fail "auditwheel repair"; }
+  WHEEL="$(ls "$WORK"/wheelhouse/rml_fast-*.whl)"
+fi
 TAG="$(basename "$WHEEL" .whl | cut -d- -f3-)"
 case "$TAG" in *manylinux*) ;; *) fail "repaired tag is $TAG, not manylinux" ;; esac
 SIZE=$(stat -c %s "$WHEEL")
-echo "repaired: $(basename "$WHEEL")"
+echo "wheel: $(basename "$WHEEL")"
 "$TOOLS/bin/python" -m zipfile -l "$WHEEL" | grep -E '\.so' || true
 if [ -n "$OUT" ]; then
   mkdir -p "$OUT" && cp "$WHEEL" "$OUT"/ && { [ "$TREE" = 1 ] || cp "$SDIST" "$OUT"/; }
@@ -185,7 +196,7 @@ step "summary"
 echo "wheel:    $(basename "$WHEEL")"
 echo "tag:      $TAG"
 echo "size:     $SIZE bytes ($(awk "BEGIN{printf \"%.2f\", $SIZE/1048576}") MiB)"
-[ "$TREE" = 1 ] || echo "sdist:    $(basename "$SDIST") (built the wheel above)"
+[ "$TREE" = 1 ] || echo "sdist:    $(basename "$SDIST") (the wheel above was built from it)"
 echo "smoke:    $RESULT"
 echo "time:     $((SECONDS - START)) s on $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "check_wheel.sh: OK"
