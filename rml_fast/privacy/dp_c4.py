@@ -758,7 +758,9 @@ def train_private(
     n_batches = len(loader)
     total = epochs * n_batches
     gens = _loader_generators(loader)
-    start_epoch, skip, epoch_rng, now_rng = 0, 0, None, None
+    start_epoch, skip = 0, 0
+    epoch_rng: Any = None
+    now_rng: Any = None
     fingerprint = {**optimizer._fingerprint(), "batches_per_epoch": n_batches,
                    "model": [(k, tuple(v.shape), str(v.dtype))
                              for k, v in model.state_dict().items()]}
