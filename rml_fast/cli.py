@@ -57,23 +57,29 @@ def _baselines(text: str) -> list[str]:
     return names
 
 
+# a checkout's benchmarks/ beside the package (editable installs), and the copy of its
+# run_all.py and bench_*.py that the wheel ships (CMakeLists.txt installs them there)
+_CHECKOUT_BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+_PACKAGED_BENCH_DIR = Path(__file__).resolve().parent / "_bench_suites"
+
+
 def _find_benchmarks(explicit: str | None, parser: argparse.ArgumentParser) -> Path:
-    """The ``benchmarks/`` folder of a checkout: explicit, under the cwd, or beside the package."""
+    """The suites' folder: ``--bench-dir``, else ``$RML_FAST_BENCH_DIR``, else a checkout's
+    ``benchmarks/`` (under the cwd, or beside the package), else the suites in the package."""
+    given = explicit or os.environ.get("RML_FAST_BENCH_DIR") or None
     candidates = (
-        [Path(explicit)]
-        if explicit
-        else [
-            Path.cwd() / "benchmarks",
-            Path(__file__).resolve().parent.parent / "benchmarks",
-        ]
+        [Path(given)]
+        if given
+        else [Path.cwd() / "benchmarks", _CHECKOUT_BENCH_DIR, _PACKAGED_BENCH_DIR]
     )
     for c in candidates:
         if (c / "run_all.py").is_file():
             return c
+    how = "--bench-dir" if explicit else "RML_FAST_BENCH_DIR" if given else "the package"
     parser.error(
-        "bench runs the suites of a source checkout: run it from the repository root, "
-        "or pass --bench-dir PATH/TO/benchmarks "
-        f"(looked in: {', '.join(str(c) for c in candidates)})"
+        "bench runs the suites of a source checkout or those shipped in the wheel, and found "
+        f"no run_all.py (from {how}; looked in: {', '.join(str(c) for c in candidates)}); "
+        "run it from the repository root, or pass --bench-dir PATH/TO/benchmarks"
     )
 
 
@@ -284,7 +290,12 @@ def _main(argv: list[str] | None) -> int:
     bench_p = sub.add_parser(
         "bench", help="run benchmark suites against their peers", add_help=False
     )
-    bench_p.add_argument("--bench-dir", default=None, help="path to a checkout's benchmarks/")
+    bench_p.add_argument(
+        "--bench-dir",
+        default=None,
+        help="folder of run_all.py and bench_*.py (default: $RML_FAST_BENCH_DIR, a checkout's "
+        "benchmarks/, else the suites shipped in the package)",
+    )
     demo_top = sub.add_parser(
         "demo",
         help="run a method's demo (np, alignment, interp, fairness, federated, security, watermark)",
@@ -387,8 +398,15 @@ def _main(argv: list[str] | None) -> int:
         return 0
 
     bench_dir = _find_benchmarks(args.bench_dir, bench_p)
-    os.environ.setdefault("RML_FAST_BENCH_DIR", str(bench_dir))
-    return int(_load_run_all(bench_dir).main(rest))
+    before = os.environ.get("RML_FAST_BENCH_DIR")
+    os.environ["RML_FAST_BENCH_DIR"] = str(bench_dir)  # for the suites' child processes
+    try:
+        return int(_load_run_all(bench_dir).main(rest))
+    finally:
+        if before is None:
+            os.environ.pop("RML_FAST_BENCH_DIR", None)
+        else:
+            os.environ["RML_FAST_BENCH_DIR"] = before
 
 
 if __name__ == "__main__":
