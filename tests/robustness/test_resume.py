@@ -123,16 +123,20 @@ def test_interrupted_write_keeps_the_previous_checkpoint(tmp_path: Path, monkeyp
 
 _DP_SETUP = """
 import torch
-from rml_fast.privacy.dp_c4 import make_private_dpc4, train_private
+from rml_fast.privacy.dp_c4 import DPC4Optimizer, PoissonBatchSampler, train_private
 
 def dp_setup():
+    # make_private_dpc4's loader and optimizer, without its (slow) noise calibration
     torch.manual_seed(0)
     X = torch.randn(64, 5)
     y = (X[:, 0] > 0).long()
     model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 2))
-    dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y), batch_size=16)
-    g = torch.Generator().manual_seed(1)
-    return make_private_dpc4(model, {"lr": 0.1, "seed": 3}, dl, 5.0, 1e-5, 3, generator=g)
+    sampler = PoissonBatchSampler(64, 0.25, generator=torch.Generator().manual_seed(1))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, y),
+                                         batch_sampler=sampler)
+    opt = DPC4Optimizer(model, lr=0.1, noise_multiplier=1.2, expected_batch_size=16,
+                        sample_rate=0.25, seed=3)
+    return model, opt, loader
 
 def dp_run(checkpoint=None, **kw):
     model, opt, loader = dp_setup()
