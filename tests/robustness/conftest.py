@@ -15,12 +15,11 @@ import pytest
 _HERE = Path(__file__).parent
 
 
-def load_fuzz():
-    """The private helper module ``_fuzz`` (loaded by path: tests are not a package on
-    sys.path under ``--import-mode=importlib``)."""
-    name = "rml_fast_tests_robustness_fuzz"
+def load_fuzz(module: str = "_fuzz"):
+    """A private helper module of this folder, ``_fuzz`` by default (loaded by path, once)."""
+    name = "rml_fast_tests_robustness" + module
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _HERE / "_fuzz.py")
+        spec = importlib.util.spec_from_file_location(name, _HERE / f"{module}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
