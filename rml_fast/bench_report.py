@@ -319,7 +319,11 @@ def render_html(
     for name, rows in suites.items():
         quick = _is_quick(name, rows)
         machine = _machine(rows)
-        note = machine_note(machine, quick=quick) if machine else "machine not recorded"
+        note = (
+            machine_note(machine, quick=quick)
+            if machine
+            else "machine not recorded" + (" | QUICK MODE: smallest sizes only" if quick else "")
+        )
         parts.append(f"<h2 id='{_anchor(name)}'>{_e(name)}</h2>")
         parts.append(f"<p class='note'>{_e(note)}</p>")
         if name in images:
