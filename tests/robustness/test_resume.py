@@ -180,6 +180,38 @@ def test_dp_training_resumes_bit_for_bit(tmp_path: Path, dp_reference) -> None:
     assert all(torch.equal(a, b) for a, b in zip(ref_w, model2.parameters(), strict=True))
 
 
+def test_dpc4_optimizer_state_dict_resumes_a_custom_loop() -> None:
+    """A user's own loop: save model + optimizer state_dict after k steps, load both into a
+    fresh model/optimizer (another noise key given), continue: the uninterrupted weights."""
+    from rml_fast.privacy.dp_c4 import DPC4Optimizer
+
+    def make(seed: int):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        return model, DPC4Optimizer(model, lr=0.1, noise_multiplier=1.0, expected_batch_size=8,
+                                    sample_rate=0.5, seed=seed)
+
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 4, generator=gen), torch.randn(8, 1, generator=gen))
+               for _ in range(6)]
+    loss = torch.nn.MSELoss()
+    ref_model, ref_opt = make(3)
+    for x, y in batches:
+        ref_opt.step(loss, x, y)
+    model, opt = make(3)
+    for x, y in batches[:3]:
+        opt.step(loss, x, y)
+    saved = (model.state_dict(), opt.state_dict())
+    model2, opt2 = make(99)  # the noise key comes from the state_dict
+    model2.load_state_dict(saved[0])
+    opt2.load_state_dict(saved[1])
+    for x, y in batches[3:]:
+        opt2.step(loss, x, y)
+    assert opt2.steps == 6 and opt2.privacy_spent(1e-5) == ref_opt.privacy_spent(1e-5)
+    for a, b in zip(ref_model.parameters(), model2.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_dp_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> None:
     ck = tmp_path / "dp.ckpt"
     _dp["dp_run"](ck)
