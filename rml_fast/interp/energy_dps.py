@@ -139,6 +139,17 @@ class UnitActivation(nn.Module):
     torch.Size([3])
     """
 
+    model: nn.Module
+    hook: str | Callable[[nn.Module, Tensor], Tensor]
+    unit: int
+    reduce: str
+    mix_alpha: float
+    center_frac: float
+    lse_temperature: float
+    sae_encoder: Callable[[Tensor], Tensor] | None
+    mean: Tensor | None
+    std: Tensor | None
+
     def __init__(
         self,
         model: nn.Module,
@@ -201,7 +212,7 @@ class UnitActivation(nn.Module):
         if x.dim() != 4:
             raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
         z = (x + 1.0) / 2.0
-        if self.mean is not None:
+        if self.mean is not None and self.std is not None:  # both or neither (checked)
             if self.mean.numel() != z.shape[1]:
                 raise ValueError(
                     f"mean/std have {self.mean.numel()} channels, the images {z.shape[1]}"
@@ -253,7 +264,7 @@ def make_energy(
         cap is None or not isinstance(cap, numbers.Real) or not math.isfinite(cap)
     ):
         raise ValueError(f"cap must be a finite real number for kind={kind!r}, got {cap!r}")
-    c = None if cap is None else float(cap)
+    c = math.nan if cap is None else float(cap)  # unused when cap is None (kind="max")
     rho = float(hinge_penalty)
     if kind == "max":
         return lambda a: -a
@@ -278,6 +289,10 @@ class GaussianPriorEps(nn.Module):
     >>> eps(torch.ones(1, 2), torch.tensor([9])).shape
     torch.Size([1, 2])
     """
+
+    mu: Tensor
+    ab: Tensor
+    Cinv: Tensor
 
     def __init__(self, mu: Tensor, Sigma: Tensor, betas: Tensor) -> None:
         super().__init__()
@@ -346,6 +361,19 @@ class EnergyDPS:
     >>> [round(v, 1) for v in out["x"].mean(0).tolist()]  # the tilt N(lambda Sigma w, Sigma)
     [2.0, 0.0]
     """
+
+    eps_model: Callable[[Tensor, Tensor], Tensor]
+    energy: Callable[[Tensor], Tensor]
+    activation: Callable[[Tensor], Tensor]
+    betas: Tensor
+    alpha_bars: Tensor
+    timesteps: Tensor
+    sampler: str
+    eta: float
+    variance: str
+    guidance_scale: float
+    scale_mode: str
+    clip_x0: bool
 
     def __init__(
         self,

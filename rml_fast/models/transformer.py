@@ -227,6 +227,16 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
 
 
 class _Block(nn.Module):
+    hook_resid_pre: HookPoint
+    hook_q_input: HookPoint
+    hook_k_input: HookPoint
+    hook_v_input: HookPoint
+    hook_attn_out: HookPoint
+    hook_resid_mid: HookPoint
+    hook_mlp_in: HookPoint
+    hook_mlp_out: HookPoint
+    hook_resid_post: HookPoint
+
     def __init__(self, cfg: TinyConfig) -> None:
         super().__init__()
         self.cfg = cfg

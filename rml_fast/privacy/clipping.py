@@ -28,7 +28,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -347,7 +347,7 @@ class ClippingEngine:
         def hook(grad: torch.Tensor) -> None:
             self_ = engine()
             state = None if self_ is None else self_._low
-            if state is not None and i in state["records"]:
+            if self_ is not None and state is not None and i in state["records"]:
                 # popped: the layer's input is released as soon as its part is added
                 self_._low_contribution(state, i, state["records"].pop(i), grad.detach())
 
@@ -390,7 +390,7 @@ class ClippingEngine:
         # (so the hook on its output fires) at the least cost: its smallest parameter
         # (e.g. a bias: a sum) or, where that is larger, the output gradient itself
         targets = [self._low_target(i, rec) for i, rec in records]
-        state = {"records": dict(records), "reference": ref, "sq": sq, "diff": diff}
+        state: dict[str, Any] = {"records": dict(records), "reference": ref, "sq": sq, "diff": diff}
         records.clear()  # the state owns the records: each is dropped once its layer is done
         self._low = state
         try:
@@ -696,8 +696,8 @@ class ClippingEngine:
 
         if isinstance(f, ConvForm):
             if self._conv_ghost(f):
-                for g in f.gemm_forms():
-                    self._accumulate_form(g, w, pos, grads, noised, std, seed, offsets)
+                for gf in f.gemm_forms():
+                    self._accumulate_form(gf, w, pos, grads, noised, std, seed, offsets)
                 return
             add(f.weight, f.weighted_sum(w))
             if f.bias is not None:
@@ -744,13 +744,13 @@ class ClippingEngine:
                 grads[k] = torch.zeros(V, p, dtype=f.D.dtype, device=f.D.device)
             grads[k].view(V, p).index_add_(0, f.ids.reshape(-1), rows)
         else:
-            for p, gs in f.grads.items():
-                k = pos[id(p)]
+            for param, gs in f.grads.items():
+                k = pos[id(param)]
                 flat = gs.reshape(gs.shape[0], -1)
                 if k in grads:
                     grads[k].view(-1).addmv_(flat.T, w.to(gs.dtype))
                 else:
-                    grads[k] = (w.to(gs.dtype) @ flat).view(p.shape)
+                    grads[k] = (w.to(gs.dtype) @ flat).view(param.shape)
 
     @property
     def numel(self) -> int:
@@ -879,7 +879,7 @@ def per_sample_losses(loss_fn: Any, output: Any, target: Any) -> torch.Tensor:
     if isinstance(loss_fn, nn.Module) and reduction in _MODULE_REDUCTIONS:
         import copy
 
-        per_element = copy.copy(loss_fn)  # shallow: its own attribute dict, shared buffers
+        per_element: Any = copy.copy(loss_fn)  # shallow: its own attribute dict, shared buffers
         per_element.reduction = "none"
         losses = per_element(output, target)
         if isinstance(losses, torch.Tensor) and losses.ndim > 1:
@@ -977,7 +977,8 @@ def _deprecated(message: str) -> None:
     import sys
 
     skip = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
-    frame, level = sys._getframe(1), 1
+    frame: Any = sys._getframe(1)  # a FrameType, then None past the outermost frame
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, FutureWarning, stacklevel=level + 1)
@@ -1149,7 +1150,7 @@ def clip_and_accumulate(
     if max_norm is None and target is None and (
         isinstance(inputs, numbers.Real) and not isinstance(inputs, bool)
     ):  # the deprecated positional form clip_and_accumulate(model, loss_fn, max_norm)
-        max_norm, inputs = inputs, None
+        max_norm, inputs = cast(float, inputs), None
     if max_norm is None:
         raise TypeError("clip_and_accumulate needs max_norm: "
                         "clip_and_accumulate(model, loss_fn, inputs, target, max_norm=C)")

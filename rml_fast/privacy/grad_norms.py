@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeGuard, cast
 
 import torch
 import torch.nn.functional as F
@@ -216,19 +217,23 @@ class LayerRules:
 LAYER_RULES = LayerRules()
 
 
-def _trainable(p: nn.Parameter | None) -> bool:
+# The rules take ``module: Any``: each is registered for one layer type (nn.Linear, nn.Conv2d,
+# ...) whose attributes it reads, which ``Rule``'s ``nn.Module`` parameter cannot express.
+
+
+def _trainable(p: Any) -> TypeGuard[nn.Parameter]:
     return p is not None and p.requires_grad
 
 
 @LAYER_RULES.register(nn.Linear)
-def _linear(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+def _linear(module: Any, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     B = x.shape[0]
     A = x.reshape(B, -1, x.shape[-1])
     D = dy.reshape(B, -1, dy.shape[-1])
     return _gemm_forms(module, A, D)
 
 
-def _gemm_forms(module: nn.Module, A: torch.Tensor, D: torch.Tensor) -> list[Form]:
+def _gemm_forms(module: Any, A: torch.Tensor, D: torch.Tensor) -> list[Form]:
     weight, bias = module.weight, getattr(module, "bias", None)
     if _trainable(weight):
         return [GemmForm(weight, A, D, bias if _trainable(bias) else None)]
@@ -238,7 +243,7 @@ def _gemm_forms(module: nn.Module, A: torch.Tensor, D: torch.Tensor) -> list[For
 
 
 def _conv_padded_input(
-    module: nn.Module, x: torch.Tensor, nd: int
+    module: Any, x: torch.Tensor, nd: int
 ) -> tuple[torch.Tensor, tuple[int, ...]]:
     """The input as the convolution sees it, and the zero padding left for unfold to add."""
     zero = (0,) * nd
@@ -296,7 +301,7 @@ def _conv_gemm_forms(f: ConvForm) -> list[Form]:
 
 
 @LAYER_RULES.register(nn.Conv1d, nn.Conv2d)
-def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+def _conv(module: Any, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     nd = 1 if isinstance(module, nn.Conv1d) else 2
     x, padding = _conv_padded_input(module, x, nd)
     if nd == 1:
@@ -308,8 +313,9 @@ def _conv(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     weight, bias = module.weight, module.bias
     if not _trainable(weight):
         return [SampleForm({bias: dy.sum(tuple(range(2, dy.ndim)))})] if _trainable(bias) else []
+    pad2 = cast("tuple[int, int]", tuple(padding))  # 2-D after the Conv1d lift above
     return [ConvForm(weight, bias if _trainable(bias) else None, x, dy, tuple(kernel),
-                     tuple(dilation), tuple(padding), tuple(stride), module.groups)]
+                     tuple(dilation), pad2, tuple(stride), module.groups)]
 
 
 def _unfold(
@@ -331,7 +337,7 @@ def _unfold(
 
 
 @LAYER_RULES.register(nn.Embedding)
-def _embedding(module: nn.Module, ids: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+def _embedding(module: Any, ids: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     if module.scale_grad_by_freq:
         raise UnsupportedLayerError(
             "nn.Embedding(scale_grad_by_freq=True) couples the samples of a batch; not supported"
@@ -347,7 +353,7 @@ def _embedding(module: nn.Module, ids: torch.Tensor, dy: torch.Tensor) -> list[F
 
 
 def _affine_forms(
-    module: nn.Module, xhat: torch.Tensor, dy: torch.Tensor, reduce_dims: tuple[int, ...]
+    module: Any, xhat: torch.Tensor, dy: torch.Tensor, reduce_dims: tuple[int, ...]
 ) -> list[Form]:
     grads: dict[nn.Parameter, torch.Tensor] = {}
     if _trainable(module.weight):
@@ -359,7 +365,7 @@ def _affine_forms(
 
 
 @LAYER_RULES.register(nn.LayerNorm)
-def _layer_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+def _layer_norm(module: Any, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     if not module.elementwise_affine:
         return []
     shape = tuple(module.normalized_shape)
@@ -371,7 +377,7 @@ def _layer_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Fo
 
 
 @LAYER_RULES.register(nn.GroupNorm)
-def _group_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+def _group_norm(module: Any, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
     if not module.affine:
         return []
     xhat = F.group_norm(x, module.num_groups, eps=module.eps)
@@ -382,7 +388,7 @@ def _group_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Fo
 if hasattr(nn, "RMSNorm"):
 
     @LAYER_RULES.register(nn.RMSNorm)
-    def _rms_norm(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
+    def _rms_norm(module: Any, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
         if not module.elementwise_affine:
             return []
         shape = tuple(module.normalized_shape)
