@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/fuzz_bindings.py [--seconds-per-family 60] [--families sgg,lasso,...]
-                                    [--out DIR] [--timeout 30]
+                                    [--out DIR] [--corpus DIR] [--timeout 30]
 
 Every family (random, sgg, clip, lasso, gravitree, nudft, circuits) is fuzzed in its own
 subprocess for a bounded time with two kinds of inputs, chosen by the fuzzer's bytes:
@@ -43,6 +43,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -754,7 +755,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds-per-family", type=int, default=60)
     ap.add_argument("--families", default=",".join(FAMILIES))
-    ap.add_argument("--out", default="fuzz-out")
+    ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "rml_fast-fuzz"),
+                    help="logs, crash files and summary.json (default: <tmp>/rml_fast-fuzz)")
     ap.add_argument("--timeout", type=int, default=30, help="seconds one input may run")
     ap.add_argument("--corpus", help="directory of kept inputs per family (read and extended); "
                     "replaying a corpus grown by a coverage-guided run is how the sanitizer run, "
