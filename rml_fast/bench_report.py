@@ -400,7 +400,8 @@ def write_report(
         for name, rows in tqdm(suites, desc="report plots", unit="suite", disable=not progress):
             machine = _machine(rows) or {"cpu_model": "machine not recorded"}
             title = rows[0].get("suite") or name.removesuffix(".quick")
-            kwargs = {"title": str(title), "quick": _is_quick(name, rows), "machine": machine}
+            kwargs: dict[str, Any] = {"title": str(title), "quick": _is_quick(name, rows),
+                                      "machine": machine}
             if inline:
                 with tempfile.TemporaryDirectory() as tmp:
                     png = plot_ratios(rows, Path(tmp) / "plot.png", **kwargs)
