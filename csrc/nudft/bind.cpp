@@ -34,6 +34,16 @@ Grid make_grid(const std::vector<std::int64_t>& K, const std::vector<double>& dx
   return g;
 }
 
+// a.shape(i), or a ValueError naming the argument when a has too few dimensions (pybind11's
+// own bounds check would raise IndexError).
+py::ssize_t axis_len(const py::array& a, const char* name, py::ssize_t i) {
+  if (i < 0 || i >= a.ndim()) {
+    throw py::value_error(std::string(name) + ": expected at least " + std::to_string(i + 1) +
+                          " dimensions, got ndim=" + std::to_string(a.ndim()));
+  }
+  return a.shape(i);
+}
+
 template <typename T>
 const T* in_view(const py::array& a, const char* name, const std::vector<py::ssize_t>& shape) {
   if (!rml::has_dtype<T>(a)) {
@@ -76,7 +86,7 @@ void type1_impl(const py::array& x, const py::array& v, const std::vector<std::i
                 const py::object& dens_re, const py::object& dens_im) {
   const Grid g = make_grid(K, dxi);
   if (x.ndim() != 3 || v.ndim() != 3) throw py::value_error("x and v must be 3-D");
-  const py::ssize_t B = x.shape(0), N = x.shape(1), C = v.shape(2);
+  const py::ssize_t B = axis_len(x, "x", 0), N = axis_len(x, "x", 1), C = axis_len(v, "v", 2);
   const auto F = static_cast<py::ssize_t>(g.n_freq());
   const T* xp = in_view<T>(x, "x", {B, N, g.dim});
   const T* vp = in_view<T>(v, "v", {B, N, C});
@@ -102,7 +112,7 @@ void type2_impl(const py::array& x, const py::array& re, const py::array& im, co
                 py::array& y) {
   const Grid g = make_grid(K, dxi);
   if (x.ndim() != 3 || re.ndim() != 3) throw py::value_error("x and re must be 3-D");
-  const py::ssize_t B = x.shape(0), M = x.shape(1), O = re.shape(2);
+  const py::ssize_t B = axis_len(x, "x", 0), M = axis_len(x, "x", 1), O = axis_len(re, "re", 2);
   const auto F = static_cast<py::ssize_t>(g.n_freq());
   const T* xp = in_view<T>(x, "x", {B, M, g.dim});
   const T* rp = in_view<T>(re, "re", {B, F, O});
@@ -156,7 +166,7 @@ template <typename T>
 void spread_impl(const py::array& x, const py::array& v, const rml::nudft::FineGrid& fg,
                  bool ones, py::array& g) {
   if (x.ndim() != 3 || v.ndim() != 3) throw py::value_error("x and v must be 3-D");
-  const py::ssize_t B = x.shape(0), N = x.shape(1), C = v.shape(2);
+  const py::ssize_t B = axis_len(x, "x", 0), N = axis_len(x, "x", 1), C = axis_len(v, "v", 2);
   const T* xp = in_view<T>(x, "x", {B, N, fg.dim});
   const T* vp = in_view<T>(v, "v", {B, N, C});
   T* gp = out_view<T>(g, "g", grid_shape(B, fg, C + (ones ? 1 : 0)));
@@ -168,7 +178,7 @@ template <typename T>
 void interp_impl(const py::array& x, const py::array& g, const rml::nudft::FineGrid& fg,
                  py::array& y) {
   if (x.ndim() != 3 || g.ndim() != fg.dim + 2) throw py::value_error("x must be 3-D, g (B, *nf, O)");
-  const py::ssize_t B = x.shape(0), M = x.shape(1), O = g.shape(g.ndim() - 1);
+  const py::ssize_t B = axis_len(x, "x", 0), M = axis_len(x, "x", 1), O = axis_len(g, "g", g.ndim() - 1);
   const T* xp = in_view<T>(x, "x", {B, M, fg.dim});
   const T* gp = in_view<T>(g, "g", grid_shape(B, fg, O));
   T* yp = out_view<T>(y, "y", {B, M, O});
@@ -197,7 +207,7 @@ void nufft1_1d_impl(const py::array& x, const py::array& v, const rml::nudft::Fi
                     std::int64_t K, const py::array& scale, int sign_im, py::array& re,
                     py::array& im, const py::object& dens_re, const py::object& dens_im) {
   if (x.ndim() != 3 || v.ndim() != 3) throw py::value_error("x and v must be 3-D");
-  const py::ssize_t B = x.shape(0), N = x.shape(1), C = v.shape(2), F = K + 1;
+  const py::ssize_t B = axis_len(x, "x", 0), N = axis_len(x, "x", 1), C = axis_len(v, "v", 2), F = K + 1;
   const T* xp = in_view<T>(x, "x", {B, N, 1});
   const T* vp = in_view<T>(v, "v", {B, N, C});
   const double* scp = in_view<double>(scale, "scale", {F});
@@ -219,7 +229,7 @@ void nufft2_1d_impl(const py::array& x, const py::array& re, const py::array& im
                     const rml::nudft::FineGrid& fg, std::int64_t K, const py::array& scale,
                     int sign_im, py::array& y) {
   if (x.ndim() != 3 || re.ndim() != 3) throw py::value_error("x and re must be 3-D");
-  const py::ssize_t B = x.shape(0), M = x.shape(1), O = re.shape(2), F = K + 1;
+  const py::ssize_t B = axis_len(x, "x", 0), M = axis_len(x, "x", 1), O = axis_len(re, "re", 2), F = K + 1;
   const T* xp = in_view<T>(x, "x", {B, M, 1});
   const T* rp = in_view<T>(re, "re", {B, F, O});
   const T* ip = in_view<T>(im, "im", {B, F, O});
@@ -232,7 +242,7 @@ void nufft2_1d_impl(const py::array& x, const py::array& re, const py::array& im
 template <typename T>
 void row_fft_impl(py::array& re, py::array& im, int sign) {
   if (re.ndim() != 2) throw py::value_error("re must be 2-D (n, C)");
-  const py::ssize_t n = re.shape(0), C = re.shape(1);
+  const py::ssize_t n = axis_len(re, "re", 0), C = axis_len(re, "re", 1);
   T* rp = out_view<T>(re, "re", {n, C});
   T* ip = out_view<T>(im, "im", {n, C});
   const rml::nudft::RowFFT<T> fft(n, sign);
@@ -297,7 +307,7 @@ void modes_out_impl(const py::array& S, const std::vector<std::int64_t>& K,
                     const py::array& scale, int sign_im, py::array& re, py::array& im,
                     const py::object& dens_re, const py::object& dens_im) {
   const auto sh = spectrum_shape(S, K);
-  const py::ssize_t B = S.shape(0), Cg = S.shape(S.ndim() - 1), F = n_modes(sh);
+  const py::ssize_t B = axis_len(S, "S", 0), Cg = axis_len(S, "S", S.ndim() - 1), F = n_modes(sh);
   const T* sp = complex_view<T>(S, "S", spec_dims(B, sh, Cg));
   const double* scp = in_view<double>(scale, "scale", {F});
   const bool dens = !dens_re.is_none();
@@ -320,7 +330,7 @@ template <typename T>
 void modes_in_impl(const py::array& re, const py::array& im, const std::vector<std::int64_t>& K,
                    const py::array& scale, int sign_im, py::array& X) {
   const auto sh = spectrum_shape(X, K);
-  const py::ssize_t B = re.shape(0), O = re.shape(2), F = n_modes(sh);
+  const py::ssize_t B = axis_len(re, "re", 0), O = axis_len(re, "re", 2), F = n_modes(sh);
   const T* rp = in_view<T>(re, "re", {B, F, O});
   const T* ip = in_view<T>(im, "im", {B, F, O});
   const double* scp = in_view<double>(scale, "scale", {F});
