@@ -127,8 +127,17 @@ def _search(est: Any, X: Any, y: Any, sample_weight: Any, *, bound_mode: str,
         falling=est.falling, bound_mode=bound_mode, bound_value=bound_value,
         max_trees=max_trees, time_limit=est.time_limit, progress=est.progress,
         ignore_trivial_extensions=est.ignore_trivial_extensions, max_leaves=est.leaf_budget,
-        memory_limit=est.memory_limit, n_threads=est.n_threads)
+        memory_limit=_memory_limit_mib(est), n_threads=est.n_threads)
     return res
+
+
+def _memory_limit_mib(est: Any) -> float:
+    """The search's memory limit in MiB: the estimator's, else the process-wide one."""
+    if est.memory_limit is not None:
+        return est.memory_limit
+    from rml_fast.config import get_memory_limit
+
+    return get_memory_limit() / 2**20
 
 
 def _report_incomplete(est: Any, res: GraviTreeResult) -> None:
@@ -138,7 +147,9 @@ def _report_incomplete(est: Any, res: GraviTreeResult) -> None:
     if res.stats.get("keyboard_interrupt"):
         why = "interrupted (Ctrl-C)"
     elif reason == "memory_limit":
-        why = f"memory limit of {est.memory_limit} MiB reached"
+        why = (f"memory limit of {est.memory_limit} MiB reached" if est.memory_limit is not None
+               else f"the process memory limit of {_memory_limit_mib(est):.0f} MiB "
+                    "(rml_fast.config.set_memory_limit) reached")
     elif reason == "time_limit":
         why = f"time limit of {est.time_limit} s reached"
     else:
@@ -169,7 +180,9 @@ _COMMON_DOC = """
     time_limit : float or None, default=None
         Seconds; the search then stops and the result is flagged incomplete.
     memory_limit : float or None, default=None
-        MiB of search state; when exceeded the search stops like at the time limit.
+        MiB of search state; when exceeded the search stops like at the time limit. None:
+        the process-wide limit of :func:`rml_fast.config.get_memory_limit` (by default 90 %
+        of the available memory), so a search runs out of budget, never out of memory.
     n_threads : int, default=1
         OpenMP threads for the candidate splits of large subproblems; the output is the
         same for every thread count (the recursion itself is sequential).
@@ -552,6 +565,10 @@ def rashomon_sweep(
         if (r, d) not in done:
             rs = FallingRashomonSet(regularization=r, depth_budget=d, **params).fit(
                 X, y, sample_weight)
+            if rs.stats_.get("keyboard_interrupt"):  # the native search returned on Ctrl-C
+                raise KeyboardInterrupt(
+                    f"rashomon_sweep interrupted at regularization={r}, depth_budget={d}; "
+                    "the finished points are in the checkpoint")
             done[(r, d)] = {
                 "regularization": r, "depth_budget": d, "n_trees": rs.n_trees_,
                 "optimal_objective": float(rs.optimal_objective_), "theta": float(rs.theta_),

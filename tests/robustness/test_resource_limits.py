@@ -173,3 +173,18 @@ def test_rashomon_search_memory_limit_stops_cleanly() -> None:
     with pytest.raises(IncompleteSearchError, match="memory limit"):
         FallingRashomonSet(depth_budget=4, regularization=0.001, memory_limit=1e-3,
                            on_incomplete="raise", progress=False).fit(X, y)
+
+
+def test_rashomon_search_uses_the_process_limit_by_default() -> None:
+    from rml_fast.trees import FallingRashomonSet
+    from rml_fast.trees.falling import IncompleteSearchError
+
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 2, size=(300, 12))
+    y = (rng.random(300) < 0.2 + 0.6 * X[:, 0]).astype(int)
+    est = FallingRashomonSet(depth_budget=4, regularization=0.001, on_incomplete="raise",
+                             progress=False)
+    with memory_limit(1024), pytest.raises(IncompleteSearchError, match="process memory limit"):
+        est.fit(X, y)
+    small = FallingRashomonSet(depth_budget=2, progress=False).fit(X, y)  # default: completes
+    assert small.complete_
