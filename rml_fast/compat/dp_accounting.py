@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeAlias
 
 try:
     import attr
@@ -39,7 +39,7 @@ from rml_fast.privacy.sgg import SGGMechanism
 
 __all__ = ["NeighboringRelation", "PLDAccountant", "SGGDpEvent", "UnsupportedEventError"]
 
-_Details = PrivacyAccountant.CompositionErrorDetails
+_Details: TypeAlias = PrivacyAccountant.CompositionErrorDetails
 _ADD_OR_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
 _REPLACE_ONE = NeighboringRelation.REPLACE_ONE
 _REPLACE_SPECIAL = NeighboringRelation.REPLACE_SPECIAL
@@ -250,7 +250,7 @@ class PLDAccountant(PrivacyAccountant):
 
     def _gaussian(
         self, event: Any, q: float, count: int, out: list[tuple[tuple[Any, ...], int]]
-    ) -> None:
+    ) -> _Details | None:  # never an error today; the same protocol as _collect
         sigma = check_scalar(event.noise_multiplier, "GaussianDpEvent.noise_multiplier", _NOISE)
         if q == 0.0 or count == 0:
             return None
@@ -263,7 +263,7 @@ class PLDAccountant(PrivacyAccountant):
 
     def _laplace(
         self, event: Any, q: float, count: int, out: list[tuple[tuple[Any, ...], int]]
-    ) -> None:
+    ) -> _Details | None:  # never an error today; the same protocol as _collect
         b = check_scalar(event.noise_multiplier, "LaplaceDpEvent.noise_multiplier", _NOISE)
         if q == 0.0 or count == 0:
             return None
@@ -275,7 +275,7 @@ class PLDAccountant(PrivacyAccountant):
 
     def _sgg(
         self, event: SGGDpEvent, q: float, count: int, out: list[tuple[tuple[Any, ...], int]]
-    ) -> None:
+    ) -> _Details | None:  # never an error today; the same protocol as _collect
         scale = 2.0 if self.neighboring_relation == _REPLACE_ONE else 1.0
         mech = event.mechanism(scale)  # validates the fields (ValueError / TypeError)
         if q == 0.0 or count == 0:

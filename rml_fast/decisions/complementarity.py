@@ -486,7 +486,7 @@ def _s_h_arg(s_h: Any) -> float | tuple[float, float]:
     return lo if lo == hi else (lo, hi)
 
 
-def worst_case_gain(w: Any, s_h: float, s_a_range: Any, rho_range: Any) -> Any:
+def worst_case_gain(w: Any, s_h: float | tuple[float, float], s_a_range: Any, rho_range: Any) -> Any:
     """``min_{(s_a, rho) in U} G(w)`` for fixed weight(s) ``w`` (spec eq. 7.2's inner problem).
 
     The minimum is over the four vertices of ``U`` (``G`` is concave in ``s_a``, linear in
@@ -522,7 +522,7 @@ def worst_case_gain(w: Any, s_h: float, s_a_range: Any, rho_range: Any) -> Any:
     return float(out) if np.ndim(out) == 0 else out
 
 
-def robust_pooling_weight(s_h: float, s_a_range: Any, rho_range: Any, *, method: str = "exact",
+def robust_pooling_weight(s_h: float | tuple[float, float], s_a_range: Any, rho_range: Any, *, method: str = "exact",
                           grid: Any = None) -> RobustWeight:
     """Robust (max-min) pooling weight under an uncertainty box for the AI (spec eq. 7.2).
 
@@ -589,23 +589,24 @@ def robust_pooling_weight(s_h: float, s_a_range: Any, rho_range: Any, *, method:
         if g.size == 0 or (g < 0).any() or (g > 1).any():
             raise ValueError("grid must be a non-empty 1-D array of weights in [0, 1]")
         cand = np.sort(g)
-    elif method == "cvxpy":
+    elif method == "cvxpy" and not isinstance(s_h, tuple):  # a range raised above
         cand = np.array([_cvxpy_robust(s_h, verts)])
     else:
-        cand = [0.0, 1.0]
+        assert not isinstance(s_h, tuple)  # "exact" with a range took the first branch
+        pts = [0.0, 1.0]
         coef = []
         for s_a, r in verts:
             c = s_h * s_h + s_a * s_a - 2.0 * r * s_h * s_a
             b = 2.0 * s_h * (s_h - r * s_a)
             coef.append((b, c))
             if c > 0:
-                cand.append(b / (2.0 * c))
+                pts.append(b / (2.0 * c))
         for i in range(len(coef)):
             for j in range(i + 1, len(coef)):
                 dc = coef[i][1] - coef[j][1]
                 if abs(dc) > 1e-300:
-                    cand.append((coef[i][0] - coef[j][0]) / dc)
-        cand = np.unique(np.clip(np.asarray(cand, dtype=np.float64), 0.0, 1.0))
+                    pts.append((coef[i][0] - coef[j][0]) / dc)
+        cand = np.unique(np.clip(np.asarray(pts, dtype=np.float64), 0.0, 1.0))
     vals = _worst(cand, s_h, verts)
     best = vals.max()
     sh_top = max(s_h) if isinstance(s_h, tuple) else s_h
@@ -653,7 +654,9 @@ def _cvxpy_robust(s_h: float, verts: list[tuple[float, float]]) -> float:
     return float(min(1.0, max(0.0, float(w.value))))
 
 
-def robust_improvement_interval(s_h: float, s_a_range: Any, rho_range: Any) -> tuple[float, float]:
+def robust_improvement_interval(
+    s_h: float | tuple[float, float], s_a_range: Any, rho_range: Any
+) -> tuple[float, float]:
     """Weights with a guaranteed strict improvement over the human (spec eq. 7.3).
 
     ``G_v(w) > 0`` exactly for ``0 < w < 2 w_v`` (the vertex's optimal weight ``w_v``), so
@@ -1006,7 +1009,7 @@ class RobustComplementarity(BaseEstimator):
         s_h, s_a, rho = mom["s_h"], mom["s_a"], mom["rho"]
         uh = bool(self.human_uncertain)
         q = self.alpha / (6.0 if uh else 4.0)  # two-sided, Bonferroni over the parameters
-        sh_box = (s_h, s_h)
+        sh_box: tuple[float, ...] = (s_h, s_h)
         if self.uncertainty == "bootstrap":
             boot = bootstrap_error_moments(h, a, y, n_boot=self.n_boot, centered=centered,
                                            noise_floor=floor, rng=seed)
@@ -1027,7 +1030,7 @@ class RobustComplementarity(BaseEstimator):
         sa_box = (float(sa_box[0]), float(sa_box[1]))
         rho_box = (float(rho_box[0]), float(rho_box[1]))
         sh_box = (float(sh_box[0]), float(sh_box[1]))
-        out = {"moments": mom, "s_a_range": sa_box, "rho_range": rho_box, "s_h_range": sh_box}
+        out: dict[str, Any] = {"moments": mom, "s_a_range": sa_box, "rho_range": rho_box, "s_h_range": sh_box}
         if self.space == "logit":
             out.update(self._logit_weight(h, a, y, seed))
             return out

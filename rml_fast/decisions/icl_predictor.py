@@ -41,7 +41,9 @@ __all__ = ["AttentionICL", "ICLTabularNet", "TransformerICL", "pretrained_icl_ca
            "pretrained_icl_transformer", "train_icl_transformer"]
 
 
-def _context(context_X: Any, context_y: Any, n_classes: int | None) -> tuple[np.ndarray, ...]:
+def _context(
+    context_X: Any, context_y: Any, n_classes: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     Xc = check_array(context_X, "context_X", ndim=2)
     yc = np.asarray(context_y)
     if yc.ndim != 1 or yc.shape[0] != Xc.shape[0]:
@@ -417,7 +419,8 @@ def pretrained_icl_transformer(*, progress: bool = True, cache: bool = True) -> 
         tmp = final.with_suffix(".tmp")
         torch.save({"model": net.state_dict(), "hparams": net.hparams}, tmp)
         tmp.replace(final)
-        partial.unlink(missing_ok=True)
+        if partial is not None:  # set whenever cache is
+            partial.unlink(missing_ok=True)
     return net
 
 

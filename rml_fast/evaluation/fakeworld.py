@@ -220,10 +220,10 @@ def axis_metrics(
     alpha = 100 * (1 - confidence) / 2
     result = {}
     for m in names:
-        r = np.concatenate(reps[m]) if reps[m] else np.array([])
-        r = r[~np.isnan(r)]
-        lo, hi = ((float(np.percentile(r, alpha)), float(np.percentile(r, 100 - alpha)))
-                  if r.size else (math.nan, math.nan))
+        rs = np.concatenate(reps[m]) if reps[m] else np.array([])
+        rs = rs[~np.isnan(rs)]
+        lo, hi = ((float(np.percentile(rs, alpha)), float(np.percentile(rs, 100 - alpha)))
+                  if rs.size else (math.nan, math.nan))
         result[m] = (float(point[m][0]), lo, hi)
     return result
 

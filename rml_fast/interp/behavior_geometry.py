@@ -273,6 +273,14 @@ class SyntheticAgent:
     ['dog']
     """
 
+    words: list[str]
+    index: dict[str, int]
+    U: np.ndarray
+    beta: float
+    n_picks: int
+    n_responses: int
+    rng: np.random.Generator
+
     def __init__(
         self,
         words: Sequence[str],
@@ -700,6 +708,13 @@ class HeldOutWordsRegression:
     >>> bool(r2["full"] > 0.5 > r2["base"])
     True
     """
+
+    feature_sets: dict[str, list[str]]
+    alphas: np.ndarray
+    cv: int
+    n_train_pairs: int
+    test_size: float
+    seeds: list[int]
 
     def __init__(
         self,

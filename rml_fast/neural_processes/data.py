@@ -63,7 +63,8 @@ class Batch:
 
     def to(self, device: Any) -> Batch:
         """A copy with the four tensors moved to ``device`` (``info`` shared, not copied)."""
-        return Batch(*(t.to(device) for t in (self.xc, self.yc, self.xq, self.yq)), self.info)
+        return Batch(self.xc.to(device), self.yc.to(device), self.xq.to(device),
+                     self.yq.to(device), self.info)
 
 
 def _int_range(v: Any, name: str) -> tuple[int, int]:
@@ -221,8 +222,9 @@ class GPGenerator(TaskGenerator):
 
     def _sample_y(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         B, n, _ = x.shape
-        ell = 10 ** self.rng.uniform(*self.log10_lengthscale, size=B)
-        per = 10 ** self.rng.uniform(*self.log10_period, size=B)
+        (l_lo, l_hi), (p_lo, p_hi) = self.log10_lengthscale, self.log10_period
+        ell = np.power(10.0, self.rng.uniform(l_lo, l_hi, size=B))  # = 10 ** u, typed
+        per = np.power(10.0, self.rng.uniform(p_lo, p_hi, size=B))
         eps = self.rng.standard_normal((B, n))
         y = np.empty((B, n, 1))
         for b in range(B):
@@ -367,7 +369,8 @@ class SawtoothGenerator(TaskGenerator):
 
     def _phase(self, x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         B = x.shape[0]
-        f = self.rng.uniform(*self.freq_range, size=(B, 1, 1))
+        f_lo, f_hi = self.freq_range
+        f = self.rng.uniform(f_lo, f_hi, size=(B, 1, 1))
         direction = self.rng.choice([-1.0, 1.0], size=(B, 1, 1))
         offset = self.rng.uniform(0, 1, size=(B, 1, 1)) / f
         return f * (x * direction - offset), dict(

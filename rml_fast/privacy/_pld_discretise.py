@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -246,7 +247,7 @@ def _directions(
     upper_tail: float | None = None,
     estimator: str = "bucket",
 ) -> tuple[_Pmf, ...]:
-    kw = {"upper_tail": upper_tail, "estimator": estimator}
+    kw: dict[str, Any] = {"upper_tail": upper_tail, "estimator": estimator}
     if q == 1.0:
         return (
             _pmf_from_cdf(
