@@ -9,7 +9,9 @@ from rml_fast.trees.falling import (
     FallingTreeClassifier,
     IncompleteSearchError,
     IncompleteSearchWarning,
+    rashomon_sweep,
 )
+from rml_fast.trees.grid import rashomon_grid
 
 __all__ = [
     "FallingRashomonSet",
@@ -19,4 +21,6 @@ __all__ = [
     "IncompleteSearchWarning",
     "QuantileBinarizer",
     "ThresholdGuessBinarizer",
+    "rashomon_grid",
+    "rashomon_sweep",
 ]
