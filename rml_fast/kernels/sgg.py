@@ -572,6 +572,21 @@ def _loss_cdf_ref(ell, dim, sigma, k, p, sens, quad, *, device):  # type: ignore
 _pld_delta = Kernel("sgg.pld_delta_for_epsilon")
 
 
+def _check_pld_query(pmf: Any, lower_index: Any, h: Any, infinity_mass: Any, q: Any,
+                     q_name: str) -> tuple[np.ndarray, int, float, float, np.ndarray]:
+    """Checks of the discrete-PLD queries: a NaN anywhere would give a finite, wrong answer."""
+    pmf = check_array(pmf, "pmf", dtypes=(np.float64,), ndim=1)
+    if isinstance(lower_index, (bool, np.bool_)) or not isinstance(
+            lower_index, (int, np.integer, float, np.floating)) or not math.isfinite(lower_index):
+        raise TypeError(f"lower_index must be a finite int, got {lower_index!r}")
+    h = check_scalar(h, "h", Interval("real", 0, None, closed="neither"))
+    infinity_mass = check_scalar(infinity_mass, "infinity_mass", Interval("real", 0, 1))
+    q = check_array(q, q_name, dtypes=(np.float64,), finite=False)
+    if np.isnan(q).any():
+        raise ValueError(f"{q_name} must not contain NaN")
+    return pmf, int(lower_index), float(h), float(infinity_mass), q
+
+
 def pld_delta_for_epsilon(
     pmf: np.ndarray,
     lower_index: int,
@@ -597,6 +612,8 @@ def pld_delta_for_epsilon(
     -------
     delta : ndarray of shape (q,)
     """
+    pmf, lower_index, h, infinity_mass, epsilon = _check_pld_query(
+        pmf, lower_index, h, infinity_mass, epsilon, "epsilon")
     return _pld_delta(
         np.ascontiguousarray(pmf, dtype=np.float64), int(lower_index), float(h),
         float(infinity_mass), np.ascontiguousarray(epsilon, dtype=np.float64),
@@ -682,6 +699,8 @@ def pld_epsilon_for_delta(
     -------
     epsilon : ndarray of shape (q,)
     """
+    pmf, lower_index, h, infinity_mass, delta = _check_pld_query(
+        pmf, lower_index, h, infinity_mass, delta, "delta")
     return _pld_eps(
         np.ascontiguousarray(pmf, dtype=np.float64), int(lower_index), float(h),
         float(infinity_mass), np.ascontiguousarray(delta, dtype=np.float64),
