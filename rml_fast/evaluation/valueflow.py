@@ -270,7 +270,8 @@ class ValueHierarchy:
                             f"{type(hierarchy).__name__}")
         defs: dict[str, str] = {}
         if "hierarchy" in hierarchy and isinstance(hierarchy["hierarchy"], Mapping):
-            defs = dict(hierarchy.get("definitions", {}) or {})
+            raw_defs: Any = hierarchy.get("definitions", {}) or {}
+            defs = dict(raw_defs)
             hierarchy = hierarchy["hierarchy"]
         if root not in hierarchy:
             raise ValueError(f"hierarchy has no root node {root!r}")
@@ -326,7 +327,7 @@ class ValueHierarchy:
         """
         self._check_node(a)
         self._check_node(b)
-        best = None
+        best: int | None = None
         for pa in self._paths[a]:
             for pb in self._paths[b]:
                 lcp = 0
@@ -334,7 +335,7 @@ class ValueHierarchy:
                     lcp += 1
                 d = len(pa) + len(pb) - 2 * lcp
                 best = d if best is None else min(best, d)
-        return int(best)
+        return int(best)  # type: ignore[arg-type]  # every node has >= 1 path: never None
 
     def label_matrix(self, nodes: Sequence[str], directions: Sequence[int] | None = None,
                      path_index: int = 0) -> np.ndarray:
@@ -473,7 +474,7 @@ def _flatten_rankings(rankings: Any, n_items: int, name: str = "rankings"
                              f"shape {rows.shape}")
         srt = np.sort(rows, axis=1)
         dup = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
-        bad_rows = np.flatnonzero(dup)
+        bad_rows: Any = np.flatnonzero(dup)  # an index array here, a list below
     else:
         try:
             seqs = [np.asarray(r) for r in rankings]
@@ -614,7 +615,7 @@ def plackett_luce_fit(n_items: int, rankings: Any, alpha: float = 1e-3, method: 
             nv = np.linalg.norm(v)
             cand = t2
             if nv > 0:
-                a = min(-np.linalg.norm(r) / nv, -1.0)
+                a = min(float(-np.linalg.norm(r) / nv), -1.0)
                 cand = mm_map(theta - 2.0 * a * r + a * a * v)
             f_c = objective(cand)
             if not (np.isfinite(f_c) and f_c >= f_cur):
@@ -947,7 +948,7 @@ class AnchorEvaluator:
             fixed = np.asarray(fixed_ids)
             if fixed.dtype.kind not in "iu" or fixed.min() < 0 or fixed.max() >= len(anchors_text):
                 raise ValueError(f"fixed_ids must be anchor indices in [0, {len(anchors_text)})")
-            self.fixed_ids = fixed.astype(np.int64)
+            self.fixed_ids: np.ndarray | None = fixed.astype(np.int64)
         else:
             self.fixed_ids = None
         self.anchors_text = list(anchors_text)
@@ -975,7 +976,7 @@ class AnchorEvaluator:
     def sample_anchors(self) -> np.ndarray:
         """Anchor indices of one window, shape (k - 1,), by the ``sampling`` rule."""
         n = len(self.anchors_text)
-        if self.sampling == "fixed":
+        if self.sampling == "fixed" and self.fixed_ids is not None:  # set for "fixed"
             return self.fixed_ids.copy()
         if self.sampling == "random":
             return self._rng.choice(n, size=self.k - 1, replace=False)
@@ -1159,7 +1160,8 @@ class VIDBBuilder:
                 raise ValueError(f"calibration_scores must have shape {ci.shape}, got {cs.shape}")
             if ci.min() < 0 or ci.max() >= self.n_items:
                 raise ValueError(f"calibration_items must be ids in [0, {self.n_items})")
-            self.calibration_items, self.calibration_scores = ci.astype(np.int64), cs
+            self.calibration_items: np.ndarray | None = ci.astype(np.int64)
+            self.calibration_scores: np.ndarray | None = cs
         else:
             self.calibration_items = self.calibration_scores = None
         if neutral_item is not None:
@@ -1186,7 +1188,7 @@ class VIDBBuilder:
         u = plackett_luce_fit(self.n_items, self._windows, alpha=self.alpha, method=self.method,
                               progress=self.progress)
         self.utilities_ = u
-        if self.calibration_items is not None:
+        if self.calibration_items is not None and self.calibration_scores is not None:  # paired
             from sklearn.isotonic import IsotonicRegression
 
             iso = IsotonicRegression(y_min=_I_MIN, y_max=_I_MAX, out_of_bounds="clip")

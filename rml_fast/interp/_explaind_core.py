@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.func import functional_call, grad, jacrev, jvp, vmap
@@ -289,7 +289,7 @@ def run_pass(
     res = PassResult(f0, fN, step_inf, decay_inf)
     want_data = train is not None
     M = 0
-    if want_data:
+    if train is not None:  # want_data
         M = len(train[1])
         res.data = torch.zeros(R, M, dtype=dt)
         if by_step:
@@ -374,9 +374,9 @@ def run_pass(
                 del Ss
                 for i, s in enumerate(blk):
                     contrib_k = dots[i] * (-(1 - beta1) / len(batches[i]))  # (R, B)
-                    res.data.index_add_(1, batches[i], contrib_k)
+                    cast(torch.Tensor, res.data).index_add_(1, batches[i], contrib_k)
                     if by_step:
-                        res.data_by_step[s - 1].index_add_(1, batches[i], contrib_k)
+                        cast(torch.Tensor, res.data_by_step)[s - 1].index_add_(1, batches[i], contrib_k)
             else:
                 if mom is None:
                     mom = torch.zeros(M, P, dtype=dt)
@@ -384,9 +384,9 @@ def run_pass(
                 for i, s in enumerate(blk):
                     mom.mul_(beta1).index_add_(0, batches[i], Gs[i], alpha=(1 - beta1) / len(batches[i]))
                     contrib_all = -(V[i] @ mom.T)  # (R, M)
-                    res.data += contrib_all
+                    cast(torch.Tensor, res.data).add_(contrib_all)  # set when want_data
                     if by_step:
-                        res.data_by_step[s - 1] = contrib_all
+                        cast(torch.Tensor, res.data_by_step)[s - 1] = contrib_all
         bar.update(len(blk))
     bar.close()
     if current_w is not None:

@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -160,7 +160,8 @@ class TrainingHistory:
             "chunk_size": chunk_size, "n_steps": 0,
         }  # fmt: skip
         theta0 = self._flat_params(dtype)
-        self._store = RowStore.create(meta, theta0, Path(path) if store == "disk" else None)
+        disk = Path(path) if store == "disk" and path is not None else None  # path checked above
+        self._store = RowStore.create(meta, theta0, disk)
         self._init_meta(meta)
 
     # --- construction helpers --------------------------------------------------------
@@ -184,7 +185,8 @@ class TrainingHistory:
             raise ValueError("optimizer holds parameters that are not the model's parameters")
         if require_fresh and any(optimizer.state.get(p) for p in self._params):
             raise ValueError("optimizer has already stepped; create the history before training")
-        self.model, self.optimizer = model, optimizer
+        self.model: torch.nn.Module | None = model  # None for a read-only log (load without them)
+        self.optimizer: torch.optim.Optimizer | None = optimizer
         return [ids[id(p)] for p in self._params]
 
     def _init_meta(self, meta: dict[str, Any]) -> None:
@@ -420,7 +422,7 @@ def train_with_history(
     gen = torch.Generator().manual_seed(seed)
     config = {"lr": lr, "betas": [b1, b2], "eps": eps, "weight_decay": weight_decay,
               "batch_size": batch_size, "seed": seed, "M": M, "dtype": str(dtype)}  # fmt: skip
-    ckpt = Path(path) / "train_state.pt" if store == "disk" else None
+    ckpt = Path(path) / "train_state.pt" if store == "disk" and path is not None else None
     if ckpt is not None and resume and ckpt.is_file():
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
         diff = {k: (state["config"].get(k), v) for k, v in config.items() if state["config"].get(k) != v}
@@ -429,7 +431,7 @@ def train_with_history(
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         gen.set_state(state["gen"])
-        hist = TrainingHistory.load(path, model, opt)
+        hist = TrainingHistory.load(ckpt.parent, model, opt)  # = path
         hist._store.truncate(int(state["step"]))
         logger.info("resuming ExPLAIND training at step %d", hist.n_steps)
     else:
@@ -784,9 +786,9 @@ class ExactPathKernel:
         """
         res, n = self._run(X, select, data=True, order=order, by_step=by_step)
         C = res.f0.numel() // n
-        D = res.data.view(n, C, -1)
+        D = cast(torch.Tensor, res.data).view(n, C, -1)  # data=True fills data (and by step)
         if by_step:
-            return D, res.data_by_step.view(-1, n, C, D.shape[-1])
+            return D, cast(torch.Tensor, res.data_by_step).view(-1, n, C, D.shape[-1])
         return D
 
     def parameter_influence(self, X: torch.Tensor, select: torch.Tensor | None = None, *,
@@ -825,7 +827,7 @@ class ExactPathKernel:
         res, _ = self._run(X, select, window=window, abs_mode=abs_mode,
                            include_decay=include_decay, keep_params=True)  # fmt: skip
         flat = self.history._flat
-        pieces = res.params.split(flat.numels, dim=2)
+        pieces = cast(torch.Tensor, res.params).split(flat.numels, dim=2)  # keep_params=True
         return dict(zip(flat.names, pieces, strict=True))
 
     def component_influence(self, X: torch.Tensor, select: torch.Tensor | None = None, *,
@@ -859,7 +861,7 @@ class ExactPathKernel:
 
         res, _ = self._run(X, select, window=window, abs_mode=abs_mode,
                            include_decay=include_decay, components=True)  # fmt: skip
-        comp = res.component.sum(1).T.double()  # (G, W)
+        comp = cast(torch.Tensor, res.component).sum(1).T.double()  # (G, W); components=True
         if relative:
             comp = comp / comp.sum(0, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
         N = self.history.n_steps
@@ -884,7 +886,7 @@ class ExactPathKernel:
         """
         res, n = self._run(X, select, data=True, order=order)
         target = (res.fN - res.f0).view(n, -1)
-        total = (res.data.sum(1) + res.decay.sum(0)).view(n, -1)
+        total = (cast(torch.Tensor, res.data).sum(1) + res.decay.sum(0)).view(n, -1)
         path_total = res.step.sum(0).view(n, -1)
         err = float((total - target).abs().max())
         scale = float(target.abs().max())

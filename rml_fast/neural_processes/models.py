@@ -29,14 +29,14 @@ import math
 import warnings
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from torch.nn import functional as F_
 
 from rml_fast._validation import Interval, check_scalar
-from rml_fast.kernels.nudft import NUDFTPlan
+from rml_fast.kernels.nudft import FrequencyGrid, NUDFTPlan
 from rml_fast.neural_processes.sfconv import (
     SetFourierConvBlock,
     SetFourierVolterraConvBlock,
@@ -144,6 +144,8 @@ class SFConvCNP(nn.Module):
     torch.Size([2, 4, 1])
     """
 
+    grid: FrequencyGrid
+
     def __init__(
         self,
         dim_x: int = 1,
@@ -216,7 +218,7 @@ class SFConvCNP(nn.Module):
             n_in += len(scales) * (1 + self.dim_y)
         self.y_encoder = _mlp(n_in, C, C)
         self.decoder = _mlp(C, C, 2 * self.dim_y)
-        self.grid = self.context_blocks[0].conv.grid
+        self.grid = cast(SetFourierConvBlock, self.context_blocks[0]).conv.grid
         self.backend = backend
 
     @classmethod
@@ -336,7 +338,7 @@ class SFConvCNP(nn.Module):
             # traced by torch.compile / torch.export: static checks only (values are unknown),
             # and no dtype promotion: wider inputs than the parameters are refused
             self._check(xc, yc, xq)
-            pdt = self.y_encoder[0].weight.dtype
+            pdt = cast(nn.Linear, self.y_encoder[0]).weight.dtype
             for t, n in ((xc, "xc"), (yc, "yc"), (xq, "xq")):
                 if torch.promote_types(t.dtype, pdt) != pdt:
                     raise TypeError(
@@ -346,7 +348,7 @@ class SFConvCNP(nn.Module):
         elif _PROMOTED_CALL.get() != id(self):  # not the inner call of a dtype promotion
             self._check(xc, yc, xq)
             self._warn_if_periodic(xc, xq)
-            pdt = self.y_encoder[0].weight.dtype
+            pdt = cast(nn.Linear, self.y_encoder[0]).weight.dtype
             wide = functools.reduce(torch.promote_types, (xc.dtype, yc.dtype, xq.dtype), pdt)
             if wide != pdt:
                 state = {
@@ -358,7 +360,7 @@ class SFConvCNP(nn.Module):
                     return torch.func.functional_call(self, state, (xc, yc, xq))
                 finally:
                     _PROMOTED_CALL.reset(token)
-        dt = self.y_encoder[0].weight.dtype  # inputs of lower precision are upcast (exact)
+        dt = cast(nn.Linear, self.y_encoder[0]).weight.dtype  # inputs of lower precision are upcast (exact)
         xc, yc, xq = xc.to(dt).contiguous(), yc.to(dt), xq.to(dt).contiguous()
         B, M = xq.shape[:2]
         plan = NUDFTPlan(self.grid, xc, xq, backend=self.backend)  # shared by all blocks
@@ -398,7 +400,7 @@ class SFVConvCNP(SFConvCNP):
     def __init__(
         self, *args: Any, volterra_rank: int = 4, output_feature_mixing: bool = False, **kwargs: Any
     ) -> None:
-        super().__init__(
+        super().__init__(  # type: ignore[misc]  # args never repeat the two keywords
             *args,
             volterra_rank=volterra_rank,
             output_feature_mixing=output_feature_mixing,

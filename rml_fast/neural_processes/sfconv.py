@@ -350,7 +350,7 @@ class SetFourierConv(nn.Module):
             if rank is None:
                 raise ValueError("rank is required when low_rank=True")
             r = int(check_scalar(rank, "rank", Interval("int", 1, None)))
-            self.rank = r
+            self.rank: int | None = r
             u = torch.randn(nb * G, ci, r, Fn, dtype=torch.cfloat) / math.sqrt(C)
             v = torch.randn(nb * G, r, co, Fn, dtype=torch.cfloat) / math.sqrt(r * O)
             self.weight_u = nn.Parameter(torch.view_as_real(u).contiguous())
@@ -487,6 +487,7 @@ class SetFourierConv(nn.Module):
         :meth:`spectral_product` of :meth:`embed` (to round-off) at about half the work.
         """
         lay = self._layout
+        assert lay is not None  # the only caller, forward, checks it
         re, im, dre, dim = plan.type1_planes(zv, density=True)
         B, Fn, _ = re.shape
         G, L = self.groups, lay["L"]

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -320,9 +321,10 @@ class SRLS:
             raise ValueError(
                 f"support='stability' needs at least 2 distinct groups of pairs, got {n_groups}")
         if self.support == "fixed_k":
-            if self.k > m:
+            k_fixed = cast(int, self.k)  # validated above: an int for support="fixed_k"
+            if k_fixed > m:
                 raise ValueError(f"k={self.k} exceeds the number of SAE features m={m}")
-            if self.k > self.max_support:
+            if k_fixed > self.max_support:
                 raise ValueError(
                     f"k={self.k} exceeds max_support={self.max_support}, where the path stops: "
                     f"raise max_support to at least {self.k}")
@@ -338,7 +340,7 @@ class SRLS:
             deltas = deltas.mean(axis=1)
         deltas64 = deltas.astype(np.float64)
         ybar = deltas64.mean(axis=0)
-        lm = None
+        lm = math.nan  # lambda_max, computed below wherever it is used
         if self.alphas is None or (self.support == "stability" and self.stability_alpha is None):
             lm = float(lambda_max(D.astype(np.float64, copy=False), ybar))
             if lm == 0.0:
@@ -347,8 +349,9 @@ class SRLS:
             lambdas = np.geomspace(lm, lm * self.eps, self.n_alphas)
         Df = np.asfortranarray(D)
         Y = ybar.astype(D.dtype)[:, None]
-        self.cv_scores_ = None
-        self.stability_scores_ = None
+        self.cv_scores_: np.ndarray | None = None
+        self.stability_scores_: np.ndarray | None = None
+        self.support_: np.ndarray
         if self.support == "stability":
             lam = self.stability_alpha if self.stability_alpha is not None else 0.1 * lm
             self._fit_stability(Df, deltas64, groups, float(lam), gen)
@@ -356,7 +359,7 @@ class SRLS:
                 warnings.warn(
                     f"SRLS: no feature was selected in at least stability_threshold="
                     f"{self.stability_threshold:g} of the subsamples (largest frequency "
-                    f"{self.stability_scores_.max():.2f}); coef_ and steering_vector_ are zero. "
+                    f"{cast(np.ndarray, self.stability_scores_).max():.2f}); coef_ and steering_vector_ are zero. "
                     "Lower stability_threshold or stability_alpha.", SteeringWarning,
                     stacklevel=2)
         else:
@@ -382,7 +385,7 @@ class SRLS:
             self.dual_gap_ = float(gaps[idx])
             order = np.argsort(-np.abs(self.lasso_coef_), kind="stable")
             nnz = int(np.count_nonzero(self.lasso_coef_))
-            keep = order[: min(nnz, self.k)] if self.support == "fixed_k" else order[:nnz]
+            keep = order[: min(nnz, cast(int, self.k))] if self.support == "fixed_k" else order[:nnz]
             self.support_ = np.sort(keep).astype(np.int64)
             if self.support_.size == 0 and self.support == "cv":
                 warnings.warn(
@@ -407,7 +410,7 @@ class SRLS:
         if self.ridge == "gcv":
             mu = gcv_ridge_mu(D, y, S)[0]
         elif self.ridge == "fixed":
-            mu = float(self.ridge_mu)
+            mu = float(cast(float, self.ridge_mu))  # required (checked) for ridge="fixed"
         else:
             mu = 0.0
         refit = ridge_refit(D.astype(np.float64, copy=False), y, S, mu)
@@ -502,17 +505,17 @@ class SRLS:
                 add = mask.to(H.dtype)[..., None] * add
             return H + add
         H = check_array(H, "H")
-        add = strength * self.steering_vector_.astype(H.dtype)
+        add_np = strength * self.steering_vector_.astype(H.dtype)
         if token_mask is not None:
-            mask = np.asarray(token_mask, dtype=bool)
+            mask_np = np.asarray(token_mask, dtype=bool)
             try:
-                np.broadcast_shapes(mask.shape, H.shape[:-1])
+                np.broadcast_shapes(mask_np.shape, H.shape[:-1])
             except ValueError as exc:
                 raise ValueError(
-                    f"token_mask of shape {mask.shape} does not broadcast to {H.shape[:-1]}"
+                    f"token_mask of shape {mask_np.shape} does not broadcast to {H.shape[:-1]}"
                 ) from exc
-            add = mask[..., None].astype(H.dtype) * add
-        return H + add
+            add_np = mask_np[..., None].astype(H.dtype) * add_np
+        return H + add_np
 
 
 def srls_steering_vector(D: Any, deltas: Any, groups: Any = None, **kwargs: Any):
