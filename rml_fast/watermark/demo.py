@@ -166,7 +166,8 @@ def _figure(x, xhat, xw, xs, samples, res, out: Path) -> None:
 
     n = 6
     fig = plt.figure(figsize=(12, 6.5))
-    gs = fig.add_gridspec(5, n + 4)
+    gs = fig.add_gridspec(5, n, left=0.08, right=0.58, top=0.9, bottom=0.05, wspace=0.05,
+                          hspace=0.1)
     rows = [("original x", x), ("x_hat = Dec(z)", xhat), ("x_w = Dec(z_w)", xw),
             ("|x_w - x_hat| x5", (5 * (xw - xhat).abs()).clamp(0, 1)),
             ("Dec'(z) (distilled)", xs)]
@@ -178,7 +179,7 @@ def _figure(x, xhat, xw, xs, samples, res, out: Path) -> None:
             ax.set_yticks([])
             if c == 0:
                 ax.set_ylabel(name, fontsize=7)
-    ax = fig.add_subplot(gs[:, n + 1 :])
+    ax = fig.add_axes((0.7, 0.1, 0.27, 0.78))
     names = list(res["robustness"])
     ax.barh(names, [res["robustness"][k] for k in names], color="tab:blue")
     ax.axvline(0.5, color="k", lw=0.8, ls="--")
@@ -186,8 +187,7 @@ def _figure(x, xhat, xw, xs, samples, res, out: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("bit accuracy (held-out patches)")
     ax.set_title(f"K={res['config']['nbits']} bits, PSNR {res['psnr']:.1f} dB vs x_hat", fontsize=9)
-    fig.suptitle("DistSeal latent watermark (TinyAutoencoder, 32 px sample-image patches)")
-    fig.tight_layout()
+    fig.suptitle("DistSeal latent watermark (TinyAutoencoder, sample-image patches)")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
