@@ -305,7 +305,7 @@ def doctest_modules(entries: list[EntryPoint]) -> list[str]:
 
 
 _DOCTEST_OUT = lambda s: None  # noqa: E731
-DOCTEST_TIMEOUT = 3.0
+DOCTEST_TIMEOUT = 10.0
 
 
 @contextlib.contextmanager
