@@ -21,7 +21,7 @@ Data: random 32 x 32 patches of scikit-learn's two sample photographs (``load_sa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -89,7 +89,7 @@ def run(*, seed: int = 0, quick: bool = False, out: str | Path | None = None,
     --------
     >>> res = run(quick=True, progress=False)  # doctest: +SKIP
     """
-    cfg = dict(_QUICK if quick else _FULL)
+    cfg: dict[str, Any] = dict(_QUICK if quick else _FULL)
     g = torch.Generator().manual_seed(seed)
     size, K = cfg["size"], cfg["nbits"]
     train = image_patches(cfg["n_train"], size, rng=seed)
@@ -146,7 +146,7 @@ def run(*, seed: int = 0, quick: bool = False, out: str | Path | None = None,
                                              seed=seed, progress=progress)
 
     hw = (size // 4, size // 4)
-    gen_wm = distill_generator(train_fn, wm, key, z_train, scaling=wm.scaling)
+    gen_wm = cast(TinyLatentDDPM, distill_generator(train_fn, wm, key, z_train, scaling=wm.scaling))
     gen_clean = train_fn(z_train)
     with torch.no_grad():
         s_wm = ae.decode(gen_wm.sample(len(test), hw, generator=seed + 3)).clamp(0, 1)
