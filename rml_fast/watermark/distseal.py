@@ -44,7 +44,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -182,6 +182,8 @@ class StraightThroughQuantizer(nn.Module):
     >>> q(torch.tensor([0.2, 0.7]).view(1, 1, 1, 2)).flatten().tolist()
     [0.0, 1.0]
     """
+
+    codebook: Tensor  # buffer
 
     def __init__(self, codebook: Tensor) -> None:
         super().__init__()
@@ -380,6 +382,7 @@ class PixelExtractor(nn.Module):
                 nn.Conv2d(2 * w, 2 * w, 3, stride=2, padding=1), gn(2 * w), nn.GELU(),
                 nn.Conv2d(2 * w, 2 * w, 3, padding=1), gn(2 * w), nn.GELU(),
             )
+            self.head: nn.Module
             if self.pool == "mean":
                 self.head = nn.Conv2d(2 * w, 1 + K, 1)
             else:
@@ -729,7 +732,7 @@ class LatentWatermarker:
                 p.requires_grad_(f)
 
     def _train(self, Z: Tensor, Xhat: Tensor, hp: dict[str, Any], lam: dict[str, float],
-               s0: float, s1: float, augmenter: Augmenter | bool, checkpoint: Any,
+               s0: float, s1: float, augmenter: Augmenter | Literal[False], checkpoint: Any,
                checkpoint_every: int, stop_after: int | None, progress: bool) -> LatentWatermarker:
         steps, bs = hp["steps"], hp["batch_size"]
         ae, emb, ext = self.autoencoder, self.embedder, self.extractor
@@ -1073,5 +1076,5 @@ def distill_decoder(
         if bar is not None:
             bar.close()
     student.eval()
-    student.losses_ = losses
+    student.losses_ = losses  # type: ignore[assignment]  # a plain attribute, not a submodule
     return student
