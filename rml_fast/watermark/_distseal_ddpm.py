@@ -40,6 +40,8 @@ class TinyLatentDDPM(nn.Module):
     (2, 4, 4, 4)
     """
 
+    scale: torch.Tensor  # buffer: the data scale
+
     def __init__(self, latent_channels: int = 4, width: int = 48, n_steps: int = 100,
                  seed: int = 0) -> None:
         super().__init__()
