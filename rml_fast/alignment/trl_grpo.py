@@ -98,12 +98,12 @@ def mapped_reward(
         idx = [i for i, r in enumerate(raw) if r is not None]
         out: list[float | None] = [None] * len(raw)
         if idx:
-            vals = reward_map(torch.tensor([float(raw[i]) for i in idx], dtype=torch.float64), kind, gamma, kappa)
+            vals = reward_map(torch.tensor([float(r) for r in raw if r is not None], dtype=torch.float64), kind, gamma, kappa)
             for i, v in zip(idx, vals.tolist(), strict=True):
                 out[i] = v
         return out
 
-    reward_func.__name__ = name or getattr(func, "__name__", "mapped_reward")
+    reward_func.__name__ = str(name or getattr(func, "__name__", "mapped_reward"))
     reward_func.__qualname__ = reward_func.__name__
     reward_func.__doc__ = f"{kind} map of {getattr(func, '__name__', 'a reward')} (rml_fast ARSPO)."
     return reward_func
@@ -223,6 +223,8 @@ def _build() -> None:
         >>> issubclass(AIRGRPOTrainer, GRPOTrainer)
         True
         """
+
+        _signature_columns: list[str] | None  # set by the TRL base class
 
         def __init__(
             self,

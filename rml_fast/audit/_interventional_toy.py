@@ -18,6 +18,7 @@ A generator is any callable ``generator(x, keep, seed) -> batch`` with ``keep`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -155,9 +156,9 @@ def make_object_scene(n_objects: int = 6, *, size: int = 32, radius: float = 2.5
     masks = ((rows[None] - centers[:, :1, None]) ** 2 + (cols[None] - centers[:, 1:, None]) ** 2
              <= radius**2 + 1e-9)
     if np.isscalar(amplitude):
-        amps = np.full(n, float(amplitude))
+        amps = np.full(n, float(cast(float, amplitude)))
     else:
-        lo, hi = amplitude
+        lo, hi = cast("tuple[float, float]", amplitude)
         amps = gen.uniform(lo, hi, n)
     return ObjectScene(background, masks, amps, centers)
 

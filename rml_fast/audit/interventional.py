@@ -436,7 +436,8 @@ class _Cache:
     """Evaluate a game on bitmasks, each distinct coalition once."""
 
     def __init__(self, game: Callable[[np.ndarray], Any], n: int) -> None:
-        self.game, self.n, self.store = game, n, {}
+        self.game, self.n = game, n
+        self.store: dict[Any, Any] = {}
 
     def __call__(self, bits: np.ndarray) -> np.ndarray:
         uniq = np.unique(bits)

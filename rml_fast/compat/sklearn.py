@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy import sparse as _sparse
@@ -324,7 +324,7 @@ def lasso_path(
         if coef_init.shape != (m,):
             raise ValueError(f"coef_init must have shape ({m},), got {coef_init.shape}")
     if grid is None:
-        grid = _alpha_grid(X, y, eps, count, float(n), Xy)
+        grid = _alpha_grid(X, y, eps, cast(int, count), float(n), Xy)  # an int when grid is None
     res = _solve_path(np.asfortranarray(np.asarray(X)), np.asarray(y), grid, tol=tol,
                       max_iter=max_iter, coef_init=coef_init)
     coefs = np.ascontiguousarray(np.asarray(res.coefs).T)
@@ -408,6 +408,10 @@ class Lasso(_LinearPredictor):
     >>> np.round(reg.coef_, 4), round(float(reg.intercept_), 4)
     (array([0.85, 0.  ]), 0.15)
     """
+
+    coef_: np.ndarray
+    dual_gap_: Any
+    n_iter_: int | list[int]
 
     def __init__(
         self,
@@ -701,7 +705,7 @@ class LassoCV(_LinearPredictor):
         if grid is None:
             sw_full = None if sw is None else sw * (n / sw.sum())
             Xc, yc, _, _ = _preprocess(X, y, sw_full, fit_intercept)
-            grid = _alpha_grid(Xc, yc, eps, count, float(n))
+            grid = _alpha_grid(Xc, yc, eps, cast(int, count), float(n))  # an int here
         folds = list(check_cv(self.cv).split(X, y, **params))
         from joblib import Parallel, delayed
 

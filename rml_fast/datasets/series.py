@@ -43,7 +43,7 @@ def load_lynx() -> tuple[np.ndarray, np.ndarray]:
     (np.int64(1821), np.int64(1934), 269, 6991)
     """
     path = resources.files("rml_fast.datasets") / "data" / "lynx.csv"
-    with path.open("r", newline="") as fh:
+    with path.open("r", newline="") as fh:  # type: ignore[call-overload]  # typeshed omits newline
         rows = list(csv.reader(fh))
     if rows[0] != ["year", "lynx"]:
         raise ValueError(f"unexpected header in the shipped lynx.csv: {rows[0]!r}")

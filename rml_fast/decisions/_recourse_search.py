@@ -156,10 +156,10 @@ def search(space: _Space, desired: np.ndarray, budget: int, cfg: _Config,
         if left < 1:
             return
         proba = yield space.point(z)[None]
-        mg_cur, ok = note(z[None], proba)
-        mg_cur = float(mg_cur[0])
-        if ok[0]:
-            yield from _postprocess(space, desired, cfg, out, note, lambda: left)
+        mg0, ok = note(z[None], proba)
+        mg_cur = float(mg0[0])
+        if ok[0]:  # (coords was missing here: a TypeError whenever this branch was taken)
+            yield from _postprocess(space, desired, cfg, out, note, lambda: left, A)
             return
     else:
         mg_cur = float(margins(first_proba[None], desired)[0])

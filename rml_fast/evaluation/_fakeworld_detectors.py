@@ -412,7 +412,7 @@ def _tool_out(out: Any, name: str) -> tuple[float, str, list[dict[str, Any]]]:
     else:
         score, note, ev = out, "", []
     if (isinstance(score, (bool, np.bool_)) or not isinstance(score, numbers.Real)
-            or not math.isfinite(score) or not 0.0 <= score <= 1.0):
+            or not math.isfinite(score) or not 0.0 <= float(score) <= 1.0):
         raise ValueError(f"OmniChecker tool {name!r} must return a score in [0, 1] (optionally "
                          f"with a note and evidence), got {out!r}")
     return float(score), str(note) or f"{name}: score {float(score):.2f}", list(ev)

@@ -191,7 +191,7 @@ def _lcs(a: np.ndarray, b: np.ndarray) -> int:  # pragma: no cover - compiled
                 cur[j + 1] = max(prev[j + 1], cur[j])
         for j in range(m + 1):
             prev[j] = cur[j]
-    return prev[m]
+    return prev[m]  # type: ignore[return-value]  # an int64 scalar under numba
 
 
 def lcs_length(a: list[str], b: list[str]) -> int:

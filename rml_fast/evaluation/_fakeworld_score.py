@@ -143,8 +143,8 @@ def score_arrays(ev: Any, instances: list[Instance], preds: list[Prediction | No
         specs["joint/fake_f1"] = ("conf", fake_true, fake_pred, 2, "f1")
         if fake_scores:
             specs["joint/fake_auroc"] = ("auroc", fake_true, s_fake)
-    for name, vals in per.items():
-        specs[f"rationale/{name}"] = ("mean", vals)
+    for name, per_vals in per.items():
+        specs[f"rationale/{name}"] = ("mean", per_vals)
     if hit.size:
         specs["evidence/modality_hit"] = ("mean_sub", hit[:, 0].astype(np.int64), hit[:, 1])
     if iou.size:

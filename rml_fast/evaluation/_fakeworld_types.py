@@ -224,4 +224,4 @@ class Prediction:
 def _prob_or_bool(v: Any) -> bool:
     if isinstance(v, (bool, np.bool_)):
         return True
-    return isinstance(v, numbers.Real) and math.isfinite(v) and 0.0 <= v <= 1.0
+    return isinstance(v, numbers.Real) and math.isfinite(v) and 0.0 <= float(v) <= 1.0

@@ -597,14 +597,14 @@ def score_task(task_type: str | ScorerFn, pred: Any, gold: Any, *,
         f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else 0.0
         return {"precision": prec, "recall": rec, "f1": f1}
     if task_type == "numeric":
-        g = _num(gold)
-        if g is None:
+        g_num = _num(gold)
+        if g_num is None:
             raise ValueError(f"gold must be a number for a numeric task, got {gold!r}")
         v = _num(pred)
         if v is None:
             return {"abs_error": 10.0, "within_0_5": 0.0, "severity_match": 0.0}
-        err = abs(v - g)
-        sev = (0.0 <= v <= 10.0) and cvss_severity(v) == cvss_severity(min(max(g, 0.0), 10.0))
+        err = abs(v - g_num)
+        sev = (0.0 <= v <= 10.0) and cvss_severity(v) == cvss_severity(min(max(g_num, 0.0), 10.0))
         return {"abs_error": err, "within_0_5": float(err <= 0.5 + 1e-9),
                 "severity_match": float(sev)}
     if task_type == "generation":

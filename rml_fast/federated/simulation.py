@@ -78,7 +78,7 @@ def _save_checkpoint(path: Path, next_round: int, server: FederatedServer,
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
     os.close(fd)
     with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stub: a key could be allow_pickle
     os.replace(tmp, path)
 
 

@@ -281,7 +281,7 @@ class BeliefDynamicsModel(RegressorMixin, BaseEstimator):
         self.param_names_ = self._layout(k)
         self.loss_ = float(best.fun)
         b, a, gamma, alpha, q_c, q_cbar = self._unpack(theta, k)
-        self.params_ = {
+        self.params_: dict[str, Any] = {
             "b": b,
             "a": np.array(a),
             "gamma": gamma,

@@ -390,6 +390,11 @@ class TracedScorer(ClassifierMixin, BaseEstimator):
     True
     """
 
+    classes_: np.ndarray
+    means_: np.ndarray
+    covariances_: np.ndarray
+    priors_: np.ndarray
+
     def __init__(self, covariance: str = "ledoit_wolf", reg: float = 1e-6) -> None:
         self.covariance = covariance
         self.reg = reg

@@ -69,6 +69,7 @@ def to_transformer_lens(model: TinyTransformer) -> Any:
     }
     if model.ln_final is not None:
         sd["ln_final.w"], sd["ln_final.b"] = model.ln_final.w, model.ln_final.b
+    block: Any  # a _Block (ModuleList items are typed nn.Module)
     for layer, block in enumerate(model.blocks):
         pre = f"blocks.{layer}."
         a = block.attn

@@ -181,7 +181,7 @@ class InductionTask(Task):
         return tokens, targets, mask
 
     def queries(self, n: int, rng: Any = None) -> list[Query]:
-        g = _gen(check_rng(rng).integers(2**62))
+        g = _gen(int(check_rng(rng).integers(2**62)))  # _gen applies int() too
         out = []
         for _ in range(n):
             seq = self._sample(1, g)

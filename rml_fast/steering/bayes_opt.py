@@ -171,7 +171,7 @@ class GaussianProcess1D:
         starts = [np.array([math.log(0.2), 0.0, max(lo_n, math.log(1e-4)), 0.0])]
         for _ in range(self.n_restarts - 1):
             starts.append(np.array([self.rng.uniform(lo, hi) for lo, hi in bounds]))
-        best = None
+        best: Any = None  # an OptimizeResult after the loop (>= 1 start)
         for s in starts:
             res = optimize.minimize(self._nll, s, args=(x, ys), method="L-BFGS-B", jac=True,
                                     bounds=bounds)

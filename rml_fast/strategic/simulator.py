@@ -32,7 +32,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -604,7 +604,7 @@ class StrategicSimulator:
                 w, b = linear_rule(current, d)
                 X_new, moved = _linear_best_response(X, w, b, k, self.cost_norm, wts)
             else:
-                out = self.best_response(X, current)
+                out = cast(Callable[..., Any], self.best_response)(X, current)  # not the string
                 if not isinstance(out, tuple) or len(out) not in (2, 3):
                     raise TypeError("best_response must return (X_new, moved) or "
                                     "(X_new, moved, cost)")

@@ -9,6 +9,7 @@ as they are (one feature ``x_j == 1``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
 
 
 class _Binarizer:
+    fit: Callable[..., Any]  # defined by each subclass
     thresholds_: list[np.ndarray]
     binary_: np.ndarray
     feature_names_in_: list[str]
