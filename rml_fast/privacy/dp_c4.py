@@ -32,7 +32,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -595,22 +595,23 @@ class DPC4Optimizer(torch.optim.Optimizer):
             )
         if self.memory == "recompute":
             _set_rng_state(after)
-        if not all(all_finite(p.grad) for p in params):  # finite norms; a sum may overflow
+        grads = [cast(torch.Tensor, p.grad) for p in params]  # written by accumulate above
+        if not all(all_finite(g) for g in grads):  # finite norms; a sum may overflow
             raise NonFiniteGradientError(
                 f"{where}the clipped, noised sum of the per-sample gradients is not finite "
                 f"(an overflow); {_KEPT}", step=t)
         if self.algorithm == "dpsgd":  # v_t = A_t: no momentum buffer, no x_{t-1}
-            for p in params:
+            for p, g in zip(params, grads, strict=True):
                 if self.weight_decay != 0.0:
                     p.sub_(p, alpha=lr * self.weight_decay)
-                p.sub_(p.grad, alpha=lr)
+                p.sub_(g, alpha=lr)
             move_sq = 0.0
         else:
             if self._v is None:
                 self._v = [torch.zeros_like(p) for p in params]
-            for v, p in zip(self._v, params, strict=True):
-                v.mul_(1 - beta).add_(p.grad)
-                p.grad.copy_(v)
+            for v, g in zip(self._v, grads, strict=True):
+                v.mul_(1 - beta).add_(g)
+                g.copy_(v)
             if self._x_prev is None:
                 self._x_prev = [p.detach().clone() for p in params]
             else:  # in place: no second copy of the parameters alive at once
