@@ -523,7 +523,9 @@ def _path_native(D, Y, lam, nrm2, w0, opts, working_set, n_threads, *, device: D
 
 
 @_path.register("reference")
-def _path_ref(D, Y, lam, nrm2, w0, opts, working_set, n_threads, *, device: Device):
+def _path_ref(
+    D, Y, lam, nrm2, w0, opts, working_set, n_threads, *, device: Device
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     coefs, gaps, epochs = _reference_dense(
         D, Y, lam, nrm2, w0, opts["tol"], opts["max_epochs"], opts["screening"]
     )
@@ -563,9 +565,10 @@ def lasso_path_reference(
     opts = _check_options(tol, max_epochs, 10, 0, screening)
     nrm2 = _col_norm2(D, col_norm2)
     w0 = _check_warm(warm_start, Y2.shape[1], D.shape[1], one_d)
-    out = _path_ref(D, Y2, lam, nrm2, w0, opts, True, 0, device=resolve_device(None))
-    res = _assemble(*out, lam, D.shape[1], Y2.shape[1], D.dtype, one_d, sparse,
-                    converged=_converged(out[3], Y2, opts["tol"]))
+    indices, values, indptr, gaps, epochs = _path_ref(
+        D, Y2, lam, nrm2, w0, opts, True, 0, device=resolve_device(None))
+    res = _assemble(indices, values, indptr, gaps, epochs, lam, D.shape[1], Y2.shape[1],
+                    D.dtype, one_d, sparse, converged=_converged(gaps, Y2, opts["tol"]))
     _warn_unconverged(res, opts["tol"], opts["max_epochs"])
     return res
 
