@@ -23,7 +23,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -275,7 +275,7 @@ def evaluate_masks(
     cfg = model.cfg
     n_pos = clean.shape[1]
     fast = isinstance(metric, LogitDiff)
-    pos = _resolve_pos(metric.pos, n_pos) if fast else n_pos - 1
+    pos = _resolve_pos(metric.pos, n_pos) if isinstance(metric, LogitDiff) else n_pos - 1
     keep = pos + 1 if fast else n_pos  # causal: later positions cannot affect position pos
     with torch.no_grad():
         # the circuit run needs only the clean input embedding (every other source is recomputed)
@@ -417,7 +417,7 @@ def _batched_forward(
                     lnt = None if block.ln2 is None else (block.ln2.w, block.ln2.b, 1e-5)
                     xm = masked_mix(
                         dpos, masks_u8[:, :mi, jm : jm + 1],
-                        (abl_cum[mi - 1] + bias).view(n_pos, d)[pos : pos + 1],
+                        (abl_cum[mi - 1] + bias).view(n_pos, d)[pos : cast(int, pos) + 1],
                         path=path, backend=backend, source_first=True, ln=lnt,
                     )[0]  # [n, D]  # fmt: skip
                     a_m = abl[mi, pos]
