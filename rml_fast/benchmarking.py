@@ -34,6 +34,21 @@ import numpy as np
 
 from rml_fast._validation import Interval, check_scalar
 
+__all__ = [
+    "Suite",
+    "Timing",
+    "checkpointing",
+    "import_skip_reason",
+    "machine_info",
+    "machine_note",
+    "missing_dependency_message",
+    "missing_peer",
+    "optional_extra",
+    "peak_memory_mb",
+    "plot_ratios",
+    "time_call",
+]
+
 logger = logging.getLogger(__name__)
 
 
@@ -730,10 +745,10 @@ def plot_ratios(
             text = f"{x:.3g}x" if vals.size == 1 else f"median {x:.3g}x"
             end = float(np.clip(vals, lo, hi).max())
             if log and x < 1 and vals.size == 1:
-                ax.text(shown[y] / 1.08, y, text, va="center", ha="right", fontsize=8)
+                ax.text(shown[y] / 1.08, float(y), text, va="center", ha="right", fontsize=8)
             else:
                 at = max(end, shown[y], 1.0 if log else 0.0)
-                ax.text(at * 1.08 if log else at + 0.015 * hi, y, text, va="center", ha="left",
+                ax.text(at * 1.08 if log else at + 0.015 * hi, float(y), text, va="center", ha="left",
                         fontsize=8)
         ax.axvline(1.0, color="black", lw=0.9)
         ax.set_yticks(ys, labels, fontsize=8)
