@@ -317,7 +317,7 @@ def train(
             entry: dict[str, float] = dict(
                 epoch=epoch,
                 train_loss=running / max(steps, 1),
-                lr=sched.get_last_lr()[0],
+                lr=float(sched.get_last_lr()[0]),  # a float (a 0-d tensor only for a tensor lr)
                 seconds=time.monotonic() - t0,
             )
             best = False
