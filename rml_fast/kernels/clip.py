@@ -27,6 +27,7 @@ import torch
 
 from rml_fast._validation import Interval, check_scalar
 from rml_fast.kernels._dispatch import Device, Kernel, device_of
+from rml_fast.kernels._torch_ops import define_op
 from rml_fast.kernels.random import MAX_COUNTER
 
 __all__ = [
@@ -248,16 +249,14 @@ def _ghost_triton_raw(A: Any, D: Any, A2: Any, D2: Any) -> torch.Tensor:
 
 # ``rml_fast::ghost_norm_sq``: a torch custom operator (fake implementation and autograd), so
 # that torch.compile / torch.export capture the kernel as one node.
-@torch.library.custom_op("rml_fast::ghost_norm_sq", mutates_args=())
-def _op_ghost(A: torch.Tensor, D: torch.Tensor, A2: torch.Tensor | None, D2: torch.Tensor | None,
+def _ghost_impl(A: torch.Tensor, D: torch.Tensor, A2: torch.Tensor | None, D2: torch.Tensor | None,
               impl: str) -> torch.Tensor:
     """Per-sample ``<D_i^T A_i, D2_i^T A2_i>_F`` (B,), float64."""
     raw = _ghost_native_raw if impl == "native" else _ghost_triton_raw
     return raw(A, D, A2, D2)
 
 
-@_op_ghost.register_fake
-def _op_ghost_fake(A, D, A2, D2, impl):
+def _ghost_fake(A, D, A2, D2, impl):
     return A.new_empty(A.shape[0], dtype=torch.float64)
 
 
@@ -282,7 +281,10 @@ def _ghost_backward(ctx, g):
             torch.einsum("bsp,bpd->bsd", D2, G), torch.einsum("bsd,bpd->bsp", A2, G), None)
 
 
-_op_ghost.register_autograd(_ghost_backward, setup_context=_ghost_setup)
+_op_ghost = define_op(
+    "ghost_norm_sq", "(Tensor A, Tensor D, Tensor? A2, Tensor? D2, str impl) -> Tensor",
+    _ghost_impl, _ghost_fake, _ghost_backward, _ghost_setup,
+)
 
 
 @_ghost.register("native")
@@ -432,16 +434,14 @@ def _acc_triton_raw(A: Any, D: Any, w: Any, S: int, std: float, seed: int, offse
 
 # ``rml_fast::scaled_outer_accumulate``: a torch custom operator (fake implementation and
 # autograd; the noise term has no gradient).
-@torch.library.custom_op("rml_fast::scaled_outer_accumulate", mutates_args=())
-def _op_acc(A: torch.Tensor, D: torch.Tensor, w: torch.Tensor, seq_len: int, noise_std: float,
+def _acc_impl(A: torch.Tensor, D: torch.Tensor, w: torch.Tensor, seq_len: int, noise_std: float,
             seed: int, offset: int, impl: str) -> torch.Tensor:
     """``sum_i w_i D_i^T A_i + sigma z`` (p, d)."""
     raw = _acc_native_raw if impl == "native" else _acc_triton_raw
     return raw(A, D, w, seq_len, noise_std, seed, offset)
 
 
-@_op_acc.register_fake
-def _op_acc_fake(A, D, w, seq_len, noise_std, seed, offset, impl):
+def _acc_fake(A, D, w, seq_len, noise_std, seed, offset, impl):
     return A.new_empty(D.shape[1], A.shape[1])
 
 
@@ -461,7 +461,12 @@ def _acc_backward(ctx, g):
     return wr * Dg, wr * (A @ g.T), gw, None, None, None, None, None
 
 
-_op_acc.register_autograd(_acc_backward, setup_context=_acc_setup)
+_op_acc = define_op(
+    "scaled_outer_accumulate",
+    "(Tensor A, Tensor D, Tensor w, int seq_len, float noise_std, int seed, int offset, "
+    "str impl) -> Tensor",
+    _acc_impl, _acc_fake, _acc_backward, _acc_setup,
+)
 
 
 @_accumulate.register("native")
