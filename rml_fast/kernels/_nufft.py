@@ -192,7 +192,9 @@ def _spectrum_shape(st: FineGridSetup) -> tuple[int, ...]:
     return (st.nf[0], st.K[1] + 1)
 
 
-def _fused_args(st: FineGridSetup) -> tuple:
+def _fused_args(
+    st: FineGridSetup,
+) -> tuple[list[int], list[float], int, float, np.ndarray | None, int]:
     """The fine-grid arguments of the fused 1-D passes: ``nf, dxi, w, beta, poly, K``."""
     return list(st.nf), list(st.dxi), st.w, st.beta, st.poly, st.K[0]
 

@@ -88,6 +88,14 @@ class FrequencyGrid:
     """
 
     __slots__ = ("K", "_weights", "_xi", "dV", "dim", "max_freq", "n_freq", "resolution")
+    dim: int  # the slots' types (set once in __init__ through object.__setattr__)
+    max_freq: tuple[float, ...]
+    resolution: tuple[float, ...]
+    K: tuple[int, ...]
+    n_freq: int
+    dV: float
+    _xi: torch.Tensor
+    _weights: torch.Tensor
 
     def __init__(self, dim: int, max_freq: Any, resolution: Any) -> None:
         dim = int(check_scalar(dim, "dim", Interval("int", 1, 2)))
