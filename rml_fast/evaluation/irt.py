@@ -447,7 +447,7 @@ class GradedResponseModel(BaseEstimator):
             self.se_ = None
             if self.se:
                 self.se_ = self._standard_errors(patterns, counts, prior)
-        self._train_codes = codes
+        self._train_codes: np.ndarray | None = codes
         if not conv:
             hint = "raise max_iter"
             big = np.flatnonzero(np.abs(self.a_) > 5)
@@ -935,7 +935,7 @@ def _reference_fit(Y: np.ndarray, n_quad: int = 61, theta_range=(-6, 6)):
     J = Y.shape[1]
     K = int(np.nanmax(Y)) + 1
 
-    def unpack(x):
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = x.reshape(J, K)
         a = x[:, 0]
         gaps = np.exp(x[:, 2:])

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -219,11 +219,11 @@ def client_app(client_fn: Callable[[int], FederatedClient]) -> ClientApp:
     @app.train("rml_fast_phase")
     def _phase(msg: FlwrMessage, context: Context) -> FlwrMessage:
         cid = _client_id(context)
-        config = msg.content[CONFIG_KEY]
-        broadcast = from_array_record(msg.content[MESSAGE_KEY])
+        config: Any = msg.content[CONFIG_KEY]  # a ConfigRecord (RecordDict items are a union)
+        broadcast = from_array_record(cast("ArrayRecord", msg.content[MESSAGE_KEY]))
         client = client_fn(cid)
         state = context.state.get(STATE_KEY)
-        client.set_state(from_array_record(state) if state is not None else {})
+        client.set_state(from_array_record(cast("ArrayRecord", state)) if state is not None else {})
         reply = check_message(
             client.handle(str(config["phase"]), int(config["round"]), broadcast),
             f"reply of client {cid}",
@@ -324,7 +324,7 @@ def run_server(
                          HELLO_TYPE) for node_id in node_ids]
     answers = list(grid.send_and_receive(hello, timeout=timeout))
     _raise_errors(answers, "the hello")
-    node_of = {int(a.content[CONFIG_KEY]["client_id"]): int(a.metadata.src_node_id)
+    node_of = {int(cast(Any, a.content[CONFIG_KEY])["client_id"]): int(a.metadata.src_node_id)
                for a in answers}
     client_ids = sorted(node_of)
     if client_ids != list(range(len(node_ids))):
@@ -361,8 +361,8 @@ def run_server(
                 _raise_errors(got, f"phase {phase!r} of round {server_round}")
                 replies: dict[int, Message] = {}
                 for reply in got:
-                    cid = int(reply.content[CONFIG_KEY]["client_id"])
-                    replies[cid] = from_array_record(reply.content[MESSAGE_KEY])
+                    cid = int(cast(Any, reply.content[CONFIG_KEY])["client_id"])
+                    replies[cid] = from_array_record(cast("ArrayRecord", reply.content[MESSAGE_KEY]))
                     up += _payload_bytes(replies[cid])
                 if sorted(replies) != sorted(selected):
                     raise RuntimeError(
@@ -533,7 +533,7 @@ def run_flower_simulation(
 
     app = server_app(lambda context: server, rounds, num_clients=num_clients, on_finish=_finish,
                      progress=progress)
-    config = dict(backend_config) if backend_config is not None else {
+    config: dict[str, Any] = dict(backend_config) if backend_config is not None else {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
     with warnings.catch_warnings():
         # Ray's notice about a future default for accelerator env vars (num_gpus=0 here)

@@ -84,7 +84,7 @@ class _DPC4Linear(BaseEstimator):
         noise_multiplier: float | None = None,
         random_state: Any = None,
         progress: bool = False,
-        callback: Callable[[int, np.ndarray, float], None] | None = None,
+        callback: Callable[[int, np.ndarray, Any], None] | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -258,6 +258,7 @@ class _DPC4Linear(BaseEstimator):
         sklearn's multinomial layout coef_ (K, n_features), intercept_ (K,)."""
         W = theta[:-1] if self.fit_intercept else theta
         b = theta[-1] if self.fit_intercept else np.zeros(theta.shape[1])
+        self.intercept_: float | np.ndarray  # a float for one output column, else (K,)
         if theta.shape[1] == 1:
             self.coef_, self.intercept_ = W[:, 0].copy(), float(b[0])
         else:

@@ -33,7 +33,7 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -770,7 +770,7 @@ class GTMDefense:
         Greedy decoding by default (**PROPOSED**: the reference samples at T = 0.2, top-p 0.9).
         """
         check_scalar(max_new_tokens, "max_new_tokens", Interval("int", 0, None))
-        emb = self.defend(adapter, inputs)
+        emb = cast(Tensor, self.defend(adapter, inputs))  # return_indices=False: a Tensor
         return adapter.generate_from_embeds(inputs.without_answer(), emb, max_new_tokens, greedy)
 
 

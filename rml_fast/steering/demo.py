@@ -135,7 +135,7 @@ def train_topk_sae(X: np.ndarray, m: int, k: int = 32, steps: int = 150, lr: flo
         loss.backward()
         opt.step()
         with torch.no_grad():
-            D /= D.norm(dim=0, keepdim=True).clamp_min(1e-8)
+            D.div_(D.norm(dim=0, keepdim=True).clamp_min(1e-8))  # in place, as /=
     return np.asfortranarray(D.detach().numpy()), b_dec.detach().numpy()
 
 
@@ -192,16 +192,19 @@ def run_demo(embedder: str = "auto", attribute: str = "smiling", k_sae: int = 32
     subj = np.array(SUBJECTS)
     order = gen.permutation(len(subj))
     test_subj = set(subj[order[: len(subj) // 4]])
-    src, tgt, groups, is_test = [], [], [], []
+    src: list[str] = []
+    tgt: list[str] = []
+    group_list: list[int] = []
+    test_list: list[bool] = []
     for si, s in enumerate(SUBJECTS):
         for t in TEMPLATES:
             src.append(t.format(s))
             tgt.append(t.format(f"{attribute} {s}"))
-            groups.append(si)
-            is_test.append(s in test_subj)
+            group_list.append(si)
+            test_list.append(s in test_subj)
     Hs, Ht = embed(src), embed(tgt)
-    is_test = np.array(is_test)
-    groups = np.array(groups)
+    is_test = np.array(test_list)
+    groups = np.array(group_list)
     deltas = (Ht - Hs).astype(np.float32)  # (n_pairs, d): one row per prompt pair
     tr = ~is_test
     t1 = time.perf_counter()

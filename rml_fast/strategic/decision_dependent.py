@@ -51,7 +51,7 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -369,7 +369,9 @@ class _StageProgram:
         self.c_hinge = 1 - cp.multiply(y_pm, s) + negm * (self.t * self.ik) - self.xi <= 0
         self.c_xi = -self.xi <= 0
         cons = [self.c_hinge, self.c_xi]
-        self.c_soc = self.c_p = self.c_m = None
+        self.c_soc: Any = None  # cvxpy constraints, or None when not part of the problem
+        self.c_p: Any = None
+        self.c_m: Any = None
         if om is None:
             self.c_soc = cp.SOC(self.t, self.w)
             cons.append(self.c_soc)
@@ -380,7 +382,8 @@ class _StageProgram:
                 self.c_m = -self.w[self.fin] - self.t * om[self.fin] <= 0
                 cons += [self.c_p, self.c_m]
             cons.append(self.t >= 0)
-        self.c_lo = self.c_hi = None
+        self.c_lo: Any = None
+        self.c_hi: Any = None
         if bounds is not None:
             lo, hi = bounds
             self.ilo = np.flatnonzero(np.isfinite(lo))
@@ -391,7 +394,9 @@ class _StageProgram:
             if self.ihi.size:
                 self.c_hi = self.w[self.ihi] - hi[self.ihi] <= 0
                 cons.append(self.c_hi)
-        self.c_zp = self.c_zm = self.c_nu = None
+        self.c_zp: Any = None
+        self.c_zm: Any = None
+        self.c_nu: Any = None
         if budget == "l1":
             self.a = cp.Variable(d)
             self.c_zp = self.w - self.a <= 0
@@ -414,7 +419,7 @@ class _StageProgram:
             return None
         _check_status(status, what)
         w = np.asarray(self.w.value, dtype=np.float64).copy()
-        b = float(self.b.value)
+        b = float(cast(Any, self.b.value))  # set by the solve (status checked above)
         cert = self._certificate(w, b, float(inv_kappa), G, status)
         return w, b, cert
 

@@ -60,7 +60,7 @@ class FallingTree:
         """From a dict with keys ``feature``, ``orient``, ``priority``, ``second``, ``risk``
         (sequences of length n_nodes) and ``objective`` (as ``GraviTreeResult.tree(i)`` returns);
         the arrays are copied to the attribute dtypes and made read-only."""
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "feature": np.asarray(d["feature"], dtype=np.int32),
             "orient": np.asarray(d["orient"], dtype=np.int8),
             "priority": np.asarray(d["priority"], dtype=np.int32),
@@ -69,7 +69,8 @@ class FallingTree:
         }
         for a in arrays.values():
             a.setflags(write=False)
-        return cls(**arrays, objective=float(d["objective"]), tau=float(tau))
+        return cls(arrays["feature"], arrays["orient"], arrays["priority"], arrays["second"],
+                   arrays["risk"], objective=float(d["objective"]), tau=float(tau))
 
     # --- structure -------------------------------------------------------------------
 
@@ -179,7 +180,7 @@ class FallingTree:
                 raise ValueError(f"feature_names must name at least {needed} features, "
                                  f"got {len(names)}")
         paths: dict[int, list[str]] = {0: []}
-        rules = []
+        rules: list[str] = []
         for i in range(len(self.feature)):
             lits = paths[i]
             if self.feature[i] >= 0:

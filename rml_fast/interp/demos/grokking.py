@@ -108,7 +108,7 @@ def run(
     recipe = ZOO["modadd"]
     if quick:
         p, train_frac, steps, lr = 11, 0.5, 80, 2e-2
-        cfg_kw = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_mlp": 64, "ln": False,
+        cfg_kw: dict[str, Any] = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_mlp": 64, "ln": False,
                   "act": "relu"}  # fmt: skip
         n_test = n_test or 8
         window = window or 10
