@@ -123,6 +123,14 @@ case "$TAG" in *manylinux*) ;; *) fail "repaired tag is $TAG, not manylinux" ;; 
 SIZE=$(stat -c %s "$WHEEL")
 echo "wheel: $(basename "$WHEEL")"
 "$TOOLS/bin/python" -m zipfile -l "$WHEEL" | grep -E '\.so' || true
+LISTING="$("$TOOLS/bin/python" -m zipfile -l "$WHEEL")"
+case "$LISTING" in
+  *rml_fast/_bench_suites/run_all.py*) ;;
+  *) fail "the wheel must ship the benchmark suites (rml_fast/_bench_suites)" ;;
+esac
+case "$LISTING" in
+  *_bench_suites/results*) fail "the wheel must not ship benchmark results" ;;
+esac
 if [ -n "$OUT" ]; then
   mkdir -p "$OUT" && cp "$WHEEL" "$OUT"/ && { [ "$TREE" = 1 ] || cp "$SDIST" "$OUT"/; }
 fi
@@ -178,6 +186,11 @@ printf '[pytest]\naddopts = -p no:cacheprovider -ra\nfilterwarnings = error\n' >
 cd "$SMOKE"
 "${CLEAN[@]}" OMP_NUM_THREADS=1 "$VENV/bin/rml-fast" info ||
   fail "rml-fast info"
+SUITES="$("${CLEAN[@]}" "$VENV/bin/rml-fast" bench --list)" || fail "rml-fast bench --list"
+case "$SUITES" in
+  *_bench_suites*) ;;
+  *) fail "rml-fast bench --list outside a checkout did not find the packaged suites" ;;
+esac
 "${CLEAN[@]}" "$VENV/bin/python" -c "
 import rml_fast, rml_fast._C as c, sys
 assert rml_fast.__file__.startswith(sys.prefix), rml_fast.__file__
