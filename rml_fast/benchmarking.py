@@ -255,7 +255,7 @@ def machine_note(machine: dict[str, Any] | None, *, quick: bool = False) -> str:
 
 # import name -> distribution name, where the two differ beyond '-' vs '_'
 _DIST_OF_MODULE = {"sklearn": "scikit-learn", "skopt": "scikit-optimize"}
-_EXTRA_PREFERENCE = ("bench", "gpu", "federated", "test")
+_EXTRA_PREFERENCE = ("federated", "gpu", "bench", "test")  # the smallest extra that provides it first
 
 
 def _normalise(name: str) -> str:
