@@ -178,3 +178,57 @@ def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
         f"{name} must be a numpy.random.Generator, a non-negative int seed or None, "
         f"got {type(rng).__name__}"
     )
+
+
+def check_tensor(
+    t: Any,
+    name: str,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    floating: bool = True,
+    finite: bool = True,
+    nonempty: bool = False,
+) -> Any:
+    """Validate a torch tensor argument and return it unchanged.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        The input. A tensor on the ``meta`` device (shape only, no values) is refused: the
+        checks below and the work after them need values.
+    name : str
+        The argument's name, used in error messages.
+    ndim : int or sequence of int, optional
+        Allowed numbers of dimensions.
+    floating : bool, default=True
+        Require a real floating dtype (float16 / bfloat16 / float32 / float64).
+    finite : bool, default=True
+        Reject NaN and infinities (skipped while ``torch.compile`` / ``torch.export`` trace,
+        when values are unknown).
+    nonempty : bool, default=False
+        Reject a tensor with no elements.
+
+    Returns
+    -------
+    tensor : torch.Tensor
+        ``t`` itself (never a copy).
+    """
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+    if floating and (not t.is_floating_point()):
+        raise TypeError(f"{name} must have a real floating-point dtype, got {t.dtype}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.ndim not in allowed:
+            raise ValueError(f"{name} must have ndim in {allowed}, got shape {tuple(t.shape)}")
+    if nonempty and t.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    tracing = bool(torch.compiler.is_compiling()) or bool(torch.compiler.is_exporting())
+    if finite and not tracing and t.is_floating_point() and t.numel():
+        if not bool(torch.isfinite(t.detach()).all()):
+            raise ValueError(f"{name} must be finite, got NaN or infinite values")
+    return t
