@@ -22,6 +22,7 @@ import datetime
 import html
 import json
 import math
+import numbers
 import os
 import statistics
 import tempfile
@@ -53,6 +54,11 @@ def format_ratio(ratio: float | None) -> str:
     -------
     str
 
+    Raises
+    ------
+    TypeError
+        If ``ratio`` is neither a real number nor None.
+
     Examples
     --------
     >>> format_ratio(2.5), format_ratio(0.0123), format_ratio(float("inf")), format_ratio(None)
@@ -60,7 +66,12 @@ def format_ratio(ratio: float | None) -> str:
     """
     if ratio is None:
         return "-"
-    r = float(ratio)
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
+        raise TypeError(f"ratio must be a real number or None, got {type(ratio).__name__} {ratio!r}")
+    return _format_ratio(float(ratio))
+
+
+def _format_ratio(r: float) -> str:
     if math.isfinite(r) and 0 < abs(r) < 0.1:
         return f"{r:.3g}x"
     return f"{r:.2f}x"
@@ -188,6 +199,13 @@ def _ratios(rows: list[dict[str, Any]]) -> list[float]:
     return out
 
 
+def _ratio_cell(ratio: Any) -> str:
+    """A row's ratio as text; a value of another type (a hand-edited file) is shown as is."""
+    if ratio is None or (isinstance(ratio, numbers.Real) and not isinstance(ratio, bool)):
+        return format_ratio(ratio)
+    return str(ratio)
+
+
 def _suite_table(rows: list[dict[str, Any]]) -> str:
     head = ("case", "peer", "device", "ours median [q20, q80]", "peer median [q20, q80]",
             "ratio", "ours MiB", "peer MiB", "note", "skipped", "more")
@@ -209,7 +227,7 @@ def _suite_table(rows: list[dict[str, Any]]) -> str:
         more = "; ".join(f"{k}={_fmt_value(v)}" for k, v in r.items() if k not in _ROW_KEYS)
         cells = (
             _case_str(r.get("case")), r.get("peer", ""), r.get("device", ""), timing("ours"),
-            timing("peer"), "skipped" if skipped else format_ratio(ratio),
+            timing("peer"), "skipped" if skipped else _ratio_cell(ratio),
             _fmt_mb(r.get("ours_peak_mb")), _fmt_mb(r.get("peer_peak_mb")),
             r.get("note") or "", skipped or "", more,
         )
@@ -386,6 +404,11 @@ def write_report(
     """
     if not isinstance(results, Mapping):
         raise TypeError(f"results: expected a mapping of result name -> JSON, got {type(results).__name__}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"out_dir: expected a path (str or os.PathLike), got {type(out_dir).__name__}")
+    for flag, value in (("plot", plot), ("inline", inline), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag}: expected a bool, got {type(value).__name__} {value!r}")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir: expected a directory, got the file {str(out)!r}")

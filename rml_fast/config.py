@@ -24,6 +24,8 @@ variable ``RML_FAST_MEMORY_LIMIT`` (bytes, or with a suffix ``K``, ``M``, ``G``,
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import os
 import threading
 from collections.abc import Iterator
@@ -258,6 +260,13 @@ def check_memory(estimate: int, what: str, *, hint: str = "") -> None:
     hint : str, optional
         How to avoid it other than raising the limit (e.g. ``"use backend='native'"``).
 
+    Raises
+    ------
+    ResourceLimitError
+        If ``estimate`` exceeds the limit.
+    TypeError, ValueError
+        If ``estimate`` is not a finite real number.
+
     Examples
     --------
     >>> from rml_fast.config import check_memory, memory_limit
@@ -268,6 +277,11 @@ def check_memory(estimate: int, what: str, *, hint: str = "") -> None:
     ...         print(str(err).split(" (")[0])
     a test buffer needs about 100 bytes, more than the memory limit of 10 bytes
     """
+    if isinstance(estimate, bool) or not isinstance(estimate, numbers.Real):
+        raise TypeError(f"estimate must be a number of bytes, got {type(estimate).__name__} "
+                        f"{estimate!r}")
+    if not math.isfinite(estimate):
+        raise ValueError(f"estimate must be a finite number of bytes, got {estimate!r}")
     limit = get_memory_limit()
     estimate = int(estimate)
     if estimate <= limit:

@@ -54,6 +54,14 @@ def item_seeds(rng: Any, n: int) -> list[int]:
     elif rng is not None and not isinstance(rng, (int, np.integer, list, tuple)):
         raise TypeError(f"rng must be an int, a sequence of ints, a numpy Generator or None, "
                         f"got {type(rng).__name__}")
+    elif rng is not None:
+        entropy = rng if isinstance(rng, (list, tuple)) else [rng]
+        for v in entropy:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"rng must be an int, a sequence of ints, a numpy Generator or "
+                                f"None, got a sequence holding {type(v).__name__} {v!r}")
+            if v < 0:
+                raise ValueError(f"rng must be non-negative (a seed), got {rng!r}")
     root = np.random.SeedSequence(rng)
     return [int(s.generate_state(1, np.uint64)[0]) & (2**63 - 1) for s in root.spawn(int(n))]
 
@@ -147,7 +155,11 @@ def parallel_map(
         raise TypeError(f"seeds must be a bool, got {seeds!r}")
     if ray_options is not None and not isinstance(ray_options, dict):
         raise TypeError(f"ray_options must be a dict or None, got {type(ray_options).__name__}")
-    items = list(items)
+    try:
+        iterator = iter(items)
+    except TypeError:
+        raise TypeError(f"items must be an iterable, got {type(items).__name__}") from None
+    items = list(iterator)
     kwargs = [{"seed": s} for s in item_seeds(rng, len(items))] if seeds else [{}] * len(items)
     out: list[Any] = [None] * len(items)
     with tqdm(total=len(items), desc=desc, disable=not progress) as bar:

@@ -86,7 +86,25 @@ class SGGDpEvent(dp_event.DpEvent):
         return cls(mechanism.dim, mechanism.sigma, mechanism.k, mechanism.p, mechanism.sensitivity)
 
     def mechanism(self, sensitivity_scale: float = 1.0) -> SGGMechanism:
-        """The validated :class:`SGGMechanism` (sensitivity times ``sensitivity_scale``)."""
+        """The validated :class:`SGGMechanism` (sensitivity times ``sensitivity_scale``).
+
+        Parameters
+        ----------
+        sensitivity_scale : float, default=1.0
+            Positive finite factor on ``sensitivity`` (2 under ``REPLACE_ONE``).
+
+        Returns
+        -------
+        SGGMechanism
+
+        Examples
+        --------
+        >>> from rml_fast.compat.dp_accounting import SGGDpEvent
+        >>> SGGDpEvent(dim=4, sigma=1.0).mechanism(2.0).sensitivity
+        2.0
+        """
+        sensitivity_scale = check_scalar(sensitivity_scale, "sensitivity_scale",
+                                         Interval("real", 0.0, None, "neither"))
         base = SGGMechanism(self.dim, self.sigma, self.k, self.p, self.sensitivity)
         if sensitivity_scale == 1.0:
             return base
