@@ -51,6 +51,23 @@ class ObjectScene:
     amplitudes: np.ndarray
     centers: np.ndarray
 
+    def __post_init__(self) -> None:
+        bg = check_array(self.background, "background", ndim=2)
+        masks = check_array(self.masks, "masks", dtypes=(np.bool_,), ndim=3)
+        n = masks.shape[0]
+        if n < 1 or masks.shape[1:] != bg.shape:
+            raise ValueError(f"masks must have shape (n >= 1, {bg.shape[0]}, {bg.shape[1]}) "
+                             f"like the background, got {masks.shape}")
+        amps = check_array(self.amplitudes, "amplitudes", ndim=1)
+        if amps.shape != (n,):
+            raise ValueError(f"amplitudes must have shape ({n},), got {amps.shape}")
+        centers = check_array(self.centers, "centers", ndim=2)
+        if centers.shape != (n, 2):
+            raise ValueError(f"centers must have shape ({n}, 2), got {centers.shape}")
+        for name, arr in (("background", bg), ("masks", masks), ("amplitudes", amps),
+                          ("centers", centers)):
+            object.__setattr__(self, name, arr)
+
     @property
     def n_objects(self) -> int:
         """Number of objects ``n``.
@@ -84,7 +101,7 @@ class ObjectScene:
         >>> bool(np.allclose(scene.render(np.zeros((1, 2), bool))[0], scene.background))
         True
         """
-        keep = np.asarray(keep, dtype=bool)
+        keep = _check_keep(keep, self.n_objects)
         stamps = self.masks.reshape(self.n_objects, -1) * self.amplitudes[:, None]
         flat = self.background.reshape(1, -1) + keep.astype(np.float64) @ stamps
         return flat.reshape(keep.shape[0], *self.background.shape)
@@ -101,10 +118,32 @@ class ObjectScene:
         >>> bool(out[8, 8] > scene.background[8, 8])
         True
         """
+        x = check_array(x, "x", ndim=2)
+        if x.shape != self.background.shape:
+            raise ValueError(f"x must have the scene's shape {self.background.shape}, got "
+                             f"{x.shape}")
+        obj = check_scalar(obj, "obj", Interval("int", 0, self.n_objects - 1))
+        try:
+            c = check_array(center, "center", ndim=1)
+        except TypeError as exc:
+            raise TypeError(f"center must be a (row, column) pair of reals, got {center!r}") from exc
+        if c.shape != (2,):
+            raise ValueError(f"center must be a (row, column) pair, got shape {c.shape}")
+        center = (float(c[0]), float(c[1]))
         radius = np.sqrt(self.masks[obj].sum() / np.pi)
         rows, cols = np.indices(self.background.shape)
         disc = (rows - center[0]) ** 2 + (cols - center[1]) ** 2 <= radius**2 + 1e-9
         return np.asarray(x, dtype=np.float64) + self.amplitudes[obj] * disc
+
+
+def _check_keep(keep: np.ndarray, n: int) -> np.ndarray:
+    """A coalition matrix: bool-convertible real array of shape (B, n) -> bool array."""
+    k = np.asarray(keep)
+    if k.dtype.kind not in "biuf":
+        raise TypeError(f"keep must be a boolean array of shape (B, {n}), got dtype {k.dtype}")
+    if k.ndim != 2 or k.shape[1] != n:
+        raise ValueError(f"keep must be a boolean array of shape (B, {n}), got shape {k.shape}")
+    return k.astype(bool)
 
 
 def make_object_scene(n_objects: int = 6, *, size: int = 32, radius: float = 2.5,
@@ -218,6 +257,8 @@ class InpaintingGenerator:
 
     def __init__(self, masks: np.ndarray, *, noise: float = 0.0, ring: int = 2) -> None:
         self.masks = check_array(masks, "masks", dtypes=(np.bool_,), ndim=3)
+        if self.masks.shape[0] == 0:
+            raise ValueError(f"masks must hold at least one object, got shape {self.masks.shape}")
         self.noise = check_scalar(noise, "noise", Interval("real", 0.0, None))
         self.ring = check_scalar(ring, "ring", Interval("int", 1, None))
         self.n_players = int(self.masks.shape[0])
@@ -313,7 +354,11 @@ class ToyRiskModel:
         >>> ToyRiskModel(scene, [1.0, 1.0]).presence(scene.image[None]).round(6)
         array([[1., 1.]])
         """
-        imgs = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
+        imgs = check_array(images, "images", ndim=3, finite=False)
+        if imgs.shape[1:] != self.scene.background.shape:
+            raise ValueError(f"images must have shape (B, {self.scene.background.shape[0]}, "
+                             f"{self.scene.background.shape[1]}), got {imgs.shape}")
+        imgs = imgs.astype(np.float64, copy=False).reshape(imgs.shape[0], -1)
         return (imgs - self.scene.background.reshape(1, -1)) @ self._readout.T
 
     def __call__(self, images: np.ndarray) -> np.ndarray:

@@ -127,6 +127,13 @@ class AttributionResult:
     n_evaluations: int
     extra: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("values", "first_order", "interactions"):
+            arr = getattr(self, name)
+            if isinstance(arr, np.ndarray) and arr.dtype.kind in "fc" and not bool(
+                    np.isfinite(arr).all()):
+                raise ValueError(f"{name} must be finite, got NaN or infinite values")
+
 
 def _check_index(index: str) -> str:
     if index not in INDICES:
@@ -213,6 +220,8 @@ def exact_attribution_reference(values, index: str = "SII") -> AttributionResult
     """
     _check_index(index)
     v = np.array(values, dtype=np.float64)
+    if not np.all(np.isfinite(v)):
+        raise ValueError("values must be finite")
     n = _n_from_table(v, "values")
     fact = math.factorial
     full = (1 << n) - 1
@@ -281,6 +290,18 @@ def exact_attribution_reference(values, index: str = "SII") -> AttributionResult
 # --- the game -----------------------------------------------------------------------------------
 
 
+def _check_input(x: Any, name: str) -> None:
+    """Refuse an empty, non-numeric or non-finite NumPy input (other kinds pass unchecked)."""
+    if not isinstance(x, np.ndarray):
+        return
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    if x.size == 0:
+        raise ValueError(f"{name} must not be empty, got shape {x.shape}")
+    if x.dtype.kind == "f" and not bool(np.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite, got NaN or infinite values")
+
+
 def _generate(generator: Any, x: Any, keep: np.ndarray, seed: int) -> Any:
     if callable(generator):
         return generator(x, keep, seed)
@@ -303,7 +324,8 @@ class InterventionGame:
         generator with an ``n_players`` attribute (the classes of this module) is checked
         against ``n_players``.
     x : any
-        The input being explained (passed to the generator unchanged).
+        The input being explained (passed to the generator unchanged). A NumPy array must be
+        real, non-empty and finite.
     n_players : int
         Number of interventions ``n``.
     seeds : sequence of int, default=(0,)
@@ -325,6 +347,7 @@ class InterventionGame:
             raise TypeError(f"risk_fn must be callable, got {type(risk_fn).__name__}")
         if not (callable(generator) or hasattr(generator, "remove")):
             _generate(generator, x, np.zeros((0, 0), bool), 0)
+        _check_input(x, "x")
         self.risk_fn, self.generator, self.x = risk_fn, generator, x
         self.n_players = check_scalar(n_players, "n_players", Interval("int", 1, None))
         declared = getattr(generator, "n_players", None)
@@ -675,7 +698,11 @@ def insertion_curve(risk_fn: Callable[[Any], Any], inserter: Callable[[Any, Any,
     >>> out["deltas"], round(out["slope"], 6), round(out["spearman_rho"], 6)
     (array([3., 2., 1.]), -1.0, -1.0)
     """
-    positions = list(positions)
+    try:
+        positions = list(positions)
+    except TypeError as exc:
+        raise TypeError(f"positions must be a sequence of positions, got "
+                        f"{type(positions).__name__}") from exc
     if not positions:
         raise ValueError("positions must hold at least one position")
     seeds = [int(s) for s in seeds]
@@ -685,10 +712,23 @@ def insertion_curve(risk_fn: Callable[[Any], Any], inserter: Callable[[Any, Any,
         radii = np.asarray(radii, dtype=np.float64)
         if radii.shape != (len(positions),):
             raise ValueError(f"radii must have shape ({len(positions)},), got {radii.shape}")
-    base = float(np.asarray(risk_fn(np.asarray(x_bg)[None])).reshape(-1)[0]) \
-        if baseline is None else float(baseline)
-    batch = np.stack([np.asarray(inserter(x_bg, p, s)) for s in seeds for p in positions])
-    scores = np.asarray(risk_fn(batch), dtype=np.float64).reshape(len(seeds), len(positions))
+        if not bool(np.isfinite(radii).all()):
+            raise ValueError("radii must be finite, got NaN or infinite values")
+    if baseline is not None:
+        baseline = check_scalar(baseline, "baseline", Interval("real", None, None))
+    _check_input(x_bg, "x_bg")
+    where = f"x_bg (shape {np.shape(x_bg)})"
+    try:
+        base = float(np.asarray(risk_fn(np.asarray(x_bg)[None])).reshape(-1)[0]) \
+            if baseline is None else float(baseline)
+        batch = np.stack([np.asarray(inserter(x_bg, p, s)) for s in seeds for p in positions])
+        scores = np.asarray(risk_fn(batch), dtype=np.float64)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise ValueError(f"risk_fn / inserter failed on {where}: {exc}") from exc
+    if scores.size != len(seeds) * len(positions):
+        raise ValueError(f"risk_fn returned {scores.size} scores for {batch.shape[0]} inputs "
+                         f"inserted into {where}: expected one score per position and seed")
+    scores = scores.reshape(len(seeds), len(positions))
     deltas = scores.mean(axis=0) - base
     out: dict[str, Any] = {"deltas": deltas, "baseline": base}
     if radii is not None:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.models.autoencoder import _torch_generator, check_images
 
 __all__ = [
@@ -53,6 +53,12 @@ __all__ = [
 ]
 
 
+def _check_x(x: Any, name: str = "x") -> Tensor:
+    """Validate a batch of images (B, C, H, W) in [0, 1]; a ``meta`` tensor is refused first."""
+    check_tensor(x, name, ndim=4, finite=False)
+    return check_images(x, name)
+
+
 def _st(x: Tensor, y: Tensor) -> Tensor:
     """Straight-through: forward value ``y`` exactly, gradient identity w.r.t. ``x``."""
     return y.detach() + (x - x.detach())
@@ -66,7 +72,7 @@ def identity(x: Tensor) -> Tensor:
     >>> x = torch.rand(1, 3, 8, 8); identity(x) is x
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     return x
 
 
@@ -93,7 +99,7 @@ def jpeg(x: Tensor, quality: int = 50) -> Tensor:
     """
     from PIL import Image
 
-    check_images(x, "x")
+    _check_x(x, "x")
     if x.shape[1] not in (1, 3):
         raise ValueError(f"x must have 1 or 3 channels for JPEG, got shape {tuple(x.shape)}")
     q = int(check_scalar(quality, "quality", Interval("int", 1, 100)))
@@ -109,6 +115,10 @@ def jpeg(x: Tensor, quality: int = 50) -> Tensor:
         out[i] = dec[None] if arr.shape[1] == 1 else dec.transpose(2, 0, 1)
     y = torch.from_numpy(out / 255.0).to(dtype=x.dtype, device=x.device)
     return _st(x, y)
+
+
+#: the largest output side :func:`resize` makes (larger requests are refused, not allocated)
+_MAX_SIDE = 1 << 15
 
 
 def resize(x: Tensor, scale: float = 0.5) -> Tensor:
@@ -129,9 +139,14 @@ def resize(x: Tensor, scale: float = 0.5) -> Tensor:
     >>> tuple(resize(torch.rand(1, 3, 32, 32), 0.5).shape)
     (1, 3, 16, 16)
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     s = float(check_scalar(scale, "scale", Interval("real", 0.0, None, "neither")))
     h, w = max(1, round(s * x.shape[2])), max(1, round(s * x.shape[3]))
+    if max(h, w) > _MAX_SIDE:
+        raise ValueError(
+            f"scale gives an output of side {max(h, w)} for input shape {tuple(x.shape)}; "
+            f"the largest side allowed is {_MAX_SIDE}"
+        )
     if (h, w) == tuple(x.shape[2:]):
         return x
     return F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False,
@@ -161,7 +176,7 @@ def crop(x: Tensor, scale: float = 0.5, generator: Any = None, center: bool = Fa
     >>> bool((crop(x, 0.5, center=True) == x[:, :, 2:6, 2:6]).all())
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     s = float(check_scalar(scale, "scale", Interval("real", 0.0, 1.0, "right")))
     H, W = x.shape[2], x.shape[3]
     h, w = max(1, round(s * H)), max(1, round(s * W))
@@ -183,7 +198,7 @@ def rotate(x: Tensor, degrees: float = 10.0) -> Tensor:
     >>> bool(torch.allclose(rotate(x, 0.0), x, atol=1e-6))
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     a = math.radians(float(check_scalar(degrees, "degrees", Interval("real", None, None))))
     theta = torch.tensor([[math.cos(a), -math.sin(a), 0.0], [math.sin(a), math.cos(a), 0.0]],
                          dtype=x.dtype, device=x.device).expand(x.shape[0], 2, 3)
@@ -200,7 +215,7 @@ def hflip(x: Tensor) -> Tensor:
     >>> hflip(torch.tensor([[[[0.0, 1.0]]]]))
     tensor([[[[1., 0.]]]])
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     return x.flip(-1)
 
 
@@ -220,7 +235,7 @@ def gaussian_blur(x: Tensor, kernel_size: int = 5, sigma: float | None = None) -
     >>> bool(torch.allclose(gaussian_blur(x, 5), x))
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     k = int(check_scalar(kernel_size, "kernel_size", Interval("int", 1, None)))
     if k % 2 == 0:
         raise ValueError(f"kernel_size must be odd, got {k}")
@@ -249,7 +264,7 @@ def median_filter(x: Tensor, kernel_size: int = 3) -> Tensor:
     >>> float(median_filter(x, 3).max())
     0.0
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     k = int(check_scalar(kernel_size, "kernel_size", Interval("int", 1, None)))
     if k % 2 == 0:
         raise ValueError(f"kernel_size must be odd, got {k}")
@@ -277,7 +292,7 @@ def brightness(x: Tensor, factor: float = 1.5) -> Tensor:
     >>> brightness(torch.tensor([[[[0.2, 0.8]]]]), 1.5)
     tensor([[[[0.3000, 1.0000]]]])
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     f = float(check_scalar(factor, "factor", Interval("real", 0.0, None)))
     return (x * f).clamp(0, 1)
 
@@ -290,7 +305,7 @@ def contrast(x: Tensor, factor: float = 1.5) -> Tensor:
     >>> x = torch.rand(1, 3, 4, 4); bool(torch.allclose(contrast(x, 1.0), x))
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     f = float(check_scalar(factor, "factor", Interval("real", 0.0, None)))
     m = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
     return (m + f * (x - m)).clamp(0, 1)
@@ -304,7 +319,7 @@ def saturation(x: Tensor, factor: float = 1.5) -> Tensor:
     >>> x = torch.rand(1, 3, 4, 4); bool(torch.allclose(saturation(x, 1.0), x))
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     f = float(check_scalar(factor, "factor", Interval("real", 0.0, None)))
     g = _gray(x)
     return (g + f * (x - g)).clamp(0, 1)
@@ -318,7 +333,7 @@ def grayscale(x: Tensor) -> Tensor:
     >>> grayscale(torch.ones(1, 3, 2, 2)).shape
     torch.Size([1, 3, 2, 2])
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     return _gray(x).expand_as(x).clone()
 
 
@@ -330,7 +345,7 @@ def hue(x: Tensor, shift: float = 0.1) -> Tensor:
     >>> x = torch.rand(1, 3, 4, 4); bool(torch.allclose(hue(x, 0.0), x, atol=1e-6))
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     if x.shape[1] != 3:
         raise ValueError(f"x must be RGB for hue, got shape {tuple(x.shape)}")
     h = float(check_scalar(shift, "shift", Interval("real", -0.5, 0.5)))
@@ -351,7 +366,7 @@ def gaussian_noise(x: Tensor, std: float = 0.05, generator: Any = None) -> Tenso
     >>> x = torch.rand(1, 3, 4, 4); bool(torch.equal(gaussian_noise(x, 0.0, generator=0), x))
     True
     """
-    check_images(x, "x")
+    _check_x(x, "x")
     s = float(check_scalar(std, "std", Interval("real", 0.0, None)))
     g = _torch_generator(generator, "generator")
     eps = torch.randn(x.shape, generator=g, dtype=x.dtype).to(x.device)
@@ -454,7 +469,7 @@ class Augmenter:
         >>> y is x, names
         (True, ['identity', 'identity'])
         """
-        check_images(x, "x")
+        _check_x(x, "x")
         names = []
         for _ in range(self.num_augs):
             i = int(torch.randint(0, len(self.ops), (), generator=self.generator))
