@@ -213,7 +213,7 @@ class FedProtoClient(_AgentClient):
         self._have = torch.from_numpy(np.asarray(message["counts"], dtype=np.int64) > 0)
 
     def _loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        h = self.agent.extract(xb)
+        h = self.agent.extractor(xb)
         q = self.agent.projector(h)
         loss = F.cross_entropy(self.agent.head(torch.cat([h, q], dim=1)), yb)
         if self.mu > 0 and self._have is not None and self._protos is not None:
@@ -225,8 +225,8 @@ class FedProtoClient(_AgentClient):
     def _upload(self) -> Message:
         self.agent.eval()
         with torch.no_grad():
-            q = self.agent.projector(self.agent.extract(self.X_train))
-            protos, _ = self.agent.short_term_memory(q, self.y_train)
+            q = self.agent.projector(self.agent.extractor(self.X_train))
+            protos, _ = self.agent._short_term_memory(q, self.y_train)
         return {"memory": protos.numpy().astype(np.float32), "counts": self.class_counts.copy()}
 
     def handle(self, phase: str, server_round: int, message: Message) -> Message:

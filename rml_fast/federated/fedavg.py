@@ -32,7 +32,13 @@ from typing import Any
 import numpy as np
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
-from rml_fast.federated.protocol import FederatedClient, FederatedServer, Message, check_message
+from rml_fast.federated.protocol import (
+    FederatedClient,
+    FederatedServer,
+    Message,
+    _check_round,
+    check_message,
+)
 
 __all__ = [
     "PARAM_PREFIX",
@@ -690,8 +696,10 @@ class FedAvgClient(FederatedClient):
         numpy.random.Generator
             A fresh generator.
         """
+        server_round = _check_round(server_round)
+        stream = int(check_scalar(stream, "stream", Interval("int", 0, None)))
         return np.random.default_rng(
-            np.random.SeedSequence([self.seed, self.client_id, int(server_round), int(stream)])
+            np.random.SeedSequence([self.seed, self.client_id, server_round, stream])
         )
 
     def _make_optimizer(self, model: Any) -> Any:
@@ -718,6 +726,7 @@ class FedAvgClient(FederatedClient):
         dict[str, numpy.ndarray]
             The client's new weights theta_k.
         """
+        server_round = _check_round(server_round)
         torch = _torch()
         model = arrays_to_model(_check_module(self.model_fn(), "model_fn()"), weights)
         model.train()
@@ -756,6 +765,7 @@ class FedAvgClient(FederatedClient):
         """
         if phase != "fit":
             raise ValueError(f"FedAvgClient handles phase 'fit', got {phase!r}")
+        server_round = _check_round(server_round)
         weights = unpack_weights(check_message(message))
         with _torch_threads(self.num_threads):
             new = self.train_local(weights, server_round)

@@ -70,6 +70,13 @@ def check_message(message: object, name: str = "message") -> Message:
     return message
 
 
+def _check_round(server_round: object) -> int:
+    """``server_round`` as a non-negative int, or a TypeError/ValueError naming it."""
+    from rml_fast._validation import Interval, check_scalar
+
+    return int(check_scalar(server_round, "server_round", Interval("int", 0, None)))
+
+
 class FederatedClient(ABC):
     """One participant of a federated method.
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rml_fast._validation import Interval, check_array, check_rng, check_scalar
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar, check_tensor
 from rml_fast.federated._sohip_nets import (
     ARCHITECTURES,
     build_extractor,
@@ -42,7 +42,13 @@ from rml_fast.federated._sohip_nets import (
     round_generator,
     torch_threads,
 )
-from rml_fast.federated.protocol import FederatedClient, FederatedServer, Message, check_message
+from rml_fast.federated.protocol import (
+    FederatedClient,
+    FederatedServer,
+    Message,
+    _check_round,
+    check_message,
+)
 
 __all__ = [
     "ARCHITECTURES",
@@ -157,6 +163,7 @@ class SoHipAgent(nn.Module):
             num_classes, memory_dim, bool(fusion), gate,
         )  # fmt: skip
         self.rho = rho
+        self.in_features = in_features
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.extractor, self.feature_dim = build_extractor(arch, in_features, image_shape)
@@ -172,10 +179,70 @@ class SoHipAgent(nn.Module):
         self.register_buffer("ltm", torch.zeros(num_classes, memory_dim))
         self.register_buffer("ltm_counts", torch.zeros(num_classes, dtype=torch.int64))
 
+    # ------------------------------------------------------------------ input checks
+    # The public methods validate their tensors once; the clients' training loops call the
+    # private twins (``_forward``, ``_forward_train``, ...) on data checked at construction.
+    def _dtype(self) -> torch.dtype:
+        return self.projector.weight.dtype
+
+    def _check_rows(self, t: Any, name: str, width: int) -> torch.Tensor:
+        check_tensor(t, name, ndim=2)
+        if t.shape[1] != width:
+            raise ValueError(f"{name} must have shape (B, {width}), got {tuple(t.shape)}")
+        if t.dtype != self._dtype():
+            raise TypeError(f"{name} must have the model's dtype {self._dtype()}, got {t.dtype}")
+        return t
+
+    def _check_labels(self, y: Any, n: int, rows: str, name: str = "y") -> torch.Tensor:
+        check_tensor(y, name, ndim=1, floating=False, finite=False)
+        if y.dtype != torch.int64:
+            raise TypeError(f"{name} must be an int64 tensor of labels, got {y.dtype}")
+        if y.shape[0] != n:
+            raise ValueError(f"{name} must have one label per row of {rows} ({n} rows), "
+                             f"got shape {tuple(y.shape)}")
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
+            raise ValueError(f"{name} must hold labels in [0, {self.num_classes}), "
+                             f"got values in [{int(y.min())}, {int(y.max())}]")
+        return y
+
+    def _check_collective(self, memory: Any, counts: Any) -> None:
+        C, m = self.num_classes, self.memory_dim
+        if memory is not None:
+            check_tensor(memory, "collective_memory", ndim=2)
+            if tuple(memory.shape) != (C, m):
+                raise ValueError(f"collective_memory must have shape {(C, m)}, "
+                                 f"got {tuple(memory.shape)}")
+            if memory.dtype != self._dtype():
+                raise TypeError(f"collective_memory must have the model's dtype {self._dtype()}, "
+                                f"got {memory.dtype}")
+        if counts is not None:
+            check_tensor(counts, "collective_counts", ndim=1, floating=False, finite=False)
+            if counts.is_complex() or counts.dtype == torch.bool or tuple(counts.shape) != (C,):
+                raise ValueError(f"collective_counts must be an integer tensor of shape {(C,)}, "
+                                 f"got {counts.dtype} of shape {tuple(counts.shape)}")
+
     # ------------------------------------------------------------------ pieces
     def extract(self, x: torch.Tensor) -> torch.Tensor:
-        """Features ``h = F_k(x)``, shape ``(B, d_k)``, from inputs of shape ``(B, in_features)``."""
-        return self.extractor(x)
+        """Features ``h = F_k(x)``, shape ``(B, d_k)``, from inputs of shape ``(B, in_features)``.
+
+        Parameters
+        ----------
+        x : torch.Tensor, shape (B, in_features)
+            Finite inputs of the model's dtype.
+
+        Returns
+        -------
+        torch.Tensor, shape (B, d_k)
+
+        Examples
+        --------
+        >>> import torch
+        >>> from rml_fast.federated.sohip import SoHipAgent
+        >>> agent = SoHipAgent(64, 10, arch=2, memory_dim=16, image_shape=(8, 8), seed=0)
+        >>> agent.extract(torch.randn(3, 64)).shape[0]
+        3
+        """
+        return self.extractor(self._check_rows(x, "x", self.in_features))
 
     def short_term_memory(self, q: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Class-conditional STM ``s_c = mean_{i: y_i = c} q_i`` [PROPOSED].
@@ -193,7 +260,21 @@ class SoHipAgent(nn.Module):
             Zero rows for classes absent from the batch.
         n : torch.Tensor, shape (C,), int64
             Samples per class in the batch.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from rml_fast.federated.sohip import SoHipAgent
+        >>> agent = SoHipAgent(4, 3, memory_dim=2)
+        >>> stm, n = agent.short_term_memory(torch.ones(3, 2), torch.tensor([0, 0, 2]))
+        >>> n.tolist(), stm[1].tolist()
+        ([2, 0, 1], [0.0, 0.0])
         """
+        self._check_rows(q, "q", self.memory_dim)
+        self._check_labels(y, q.shape[0], "q")
+        return self._short_term_memory(q, y)
+
+    def _short_term_memory(self, q: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         onehot = F.one_hot(y, self.num_classes).to(q.dtype)
         n = onehot.sum(0)
         stm = (onehot.T @ q) / n.clamp_min(1.0)[:, None]
@@ -210,7 +291,7 @@ class SoHipAgent(nn.Module):
         return g * present[:, None].to(g.dtype)
 
     def _consolidate_q(self, q: torch.Tensor, y: torch.Tensor, commit: bool) -> torch.Tensor:
-        stm, n = self.short_term_memory(q, y)
+        stm, n = self._short_term_memory(q, y)
         g = self._gate(stm, n > 0) if self.fusion else (n > 0)[:, None].to(stm.dtype)
         new = (1.0 - g) * self.ltm.clone() + g * stm
         if commit:
@@ -240,6 +321,10 @@ class SoHipAgent(nn.Module):
         torch.Tensor, shape (C, m)
             The consolidated memory, differentiable with respect to the projector and the gate.
         """
+        self._check_rows(h, "h", self.feature_dim)
+        self._check_labels(y, h.shape[0], "h")
+        if not isinstance(commit, bool):
+            raise TypeError(f"commit must be a bool, got {type(commit).__name__}")
         return self._consolidate_q(self.projector(h), y, commit)
 
     def memory(self) -> torch.Tensor:
@@ -302,7 +387,17 @@ class SoHipAgent(nn.Module):
         -------
         torch.Tensor, shape (B, C)
         """
-        h = self.extract(x)
+        self._check_rows(x, "x", self.in_features)
+        self._check_collective(collective_memory, collective_counts)
+        return self._forward(x, collective_memory, collective_counts)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        collective_memory: torch.Tensor | None = None,
+        collective_counts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = self.extractor(x)
         q = self.projector(h)
         return self._head(h, q, self.ltm, collective_memory, collective_counts)
 
@@ -333,7 +428,23 @@ class SoHipAgent(nn.Module):
         q : torch.Tensor, shape (B, m)
             The projected representations (for the memory-alignment term).
         """
-        h = self.extract(x)
+        self._check_rows(x, "x", self.in_features)
+        self._check_labels(y, x.shape[0], "x")
+        self._check_collective(collective_memory, collective_counts)
+        if not isinstance(commit, bool):
+            raise TypeError(f"commit must be a bool, got {type(commit).__name__}")
+        return self._forward_train(x, y, collective_memory, collective_counts, commit=commit)
+
+    def _forward_train(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        collective_memory: torch.Tensor | None = None,
+        collective_counts: torch.Tensor | None = None,
+        *,
+        commit: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.extractor(x)
         q = self.projector(h)
         individual = self._consolidate_q(q, y, commit=commit)
         return self._head(h, q, individual, collective_memory, collective_counts), q
@@ -566,10 +677,10 @@ class _AgentClient(FederatedClient):
         """Parse the broadcast (default: nothing to read)."""
 
     def _loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(self.agent(xb), yb)
+        return F.cross_entropy(self.agent._forward(xb), yb)
 
     def _predict(self, x: torch.Tensor) -> torch.Tensor:
-        return self.agent(x)
+        return self.agent._forward(x)
 
     def _upload(self) -> Message:
         return {}
@@ -608,6 +719,7 @@ class _AgentClient(FederatedClient):
         """
         if phase != "fit":
             raise ValueError(f"phase must be 'fit', got {phase!r}")
+        server_round = _check_round(server_round)
         check_message(message)
         self._read(message)
         with torch_threads(self.threads):
@@ -740,7 +852,7 @@ class SoHipClient(_AgentClient):
             self._collective = self._collective_counts = None
 
     def _loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        logits, q = self.agent.forward_train(xb, yb, self._collective, self._collective_counts,
+        logits, q = self.agent._forward_train(xb, yb, self._collective, self._collective_counts,
                                              commit=self.consolidation == "batch")
         loss = F.cross_entropy(logits, yb)
         if self.mu > 0 and self._collective is not None and self._collective_counts is not None:
@@ -751,13 +863,13 @@ class SoHipClient(_AgentClient):
         return loss
 
     def _predict(self, x: torch.Tensor) -> torch.Tensor:
-        return self.agent(x, self._collective, self._collective_counts)
+        return self.agent._forward(x, self._collective, self._collective_counts)
 
     def _upload(self) -> Message:
         if self.consolidation == "round":
             self.agent.eval()
             with torch.no_grad():
-                q = self.agent.projector(self.agent.extract(self.X_train))
+                q = self.agent.projector(self.agent.extractor(self.X_train))
                 self.agent._consolidate_q(q, self.y_train, commit=True)
         mem = self.agent.memory().numpy().astype(np.float32)
         if self.clip is not None:
@@ -786,7 +898,7 @@ class SoHipClient(_AgentClient):
         dict[str, numpy.ndarray]
             ``memory`` (C, m), ``counts`` (C,), ``test_correct`` and ``test_total`` (0-d).
         """
-        self._round = int(server_round)
+        self._round = _check_round(server_round)
         return super().handle(phase, server_round, message)
 
 

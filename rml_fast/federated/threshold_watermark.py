@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from rml_fast._validation import Interval, check_rng, check_scalar
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.federated import _field, _shamir
 from rml_fast.federated.fedavg import (
     FedAvgClient,
@@ -49,7 +49,7 @@ from rml_fast.federated.fedavg import (
     pack_weights,
     unpack_weights,
 )
-from rml_fast.federated.protocol import Message, check_message
+from rml_fast.federated.protocol import Message, _check_round, check_message
 
 __all__ = [
     "DETECTION_THRESHOLD",
@@ -481,8 +481,14 @@ class ShamirField:
         >>> f.encode([0.5, -0.25]).tolist() == [2, 2**61 - 2]
         True
         """
-        arr = np.asarray(x, dtype=np.float64)
-        return _field.encode(arr, self.frac_bits).reshape(arr.shape)
+        return self._encode(x, "x")
+
+    def _encode(self, x: Any, name: str) -> np.ndarray:
+        arr = check_array(x, name, dtypes=(np.float64,), finite=True)
+        try:
+            return _field.encode(arr, self.frac_bits).reshape(arr.shape)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
 
     def decode(self, u: Any) -> np.ndarray:
         """Signed fixed-point decoding (elements above P/2 are negative), float64.
@@ -533,7 +539,8 @@ class ShamirField:
         """
         key = _check_key(key)
         gen = check_rng(rng)
-        encoded = {name: self.encode(tau) for name, tau in key.items()}  # validates range first
+        # validates the range first
+        encoded = {name: self._encode(tau, f"key[{name!r}]") for name, tau in key.items()}
         per_party: list[dict[str, np.ndarray]] = [{} for _ in range(self.K)]
         for name, enc in encoded.items():
             rows = _shamir.share_array(enc.ravel(), self.t, self.K, gen)
@@ -635,6 +642,10 @@ class ShamirField:
         >>> ShamirField(2, 3).lagrange_at_zero([0, 1]).tolist()  # 2 * f(1) - f(2)
         [2, 2305843009213693950]
         """
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence | np.ndarray):
+            raise TypeError(f"ids must be a sequence of int party ids, got {type(ids).__name__}")
+        if any(isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) for i in ids):
+            raise TypeError(f"ids must be a sequence of int party ids, got {list(ids)!r}")
         ids = [int(i) for i in ids]
         if len(set(ids)) != len(ids) or any(not 0 <= i < self.K for i in ids):
             raise ValueError(f"ids must be distinct party ids in [0, {self.K}), got {ids}")
@@ -1260,6 +1271,7 @@ class ThresholdWatermarkClient(FedAvgClient):
         dict[str, numpy.ndarray]
             Weights and ``"num_examples"``, or ``"scale/<name>"`` (untrusted fit).
         """
+        server_round = _check_round(server_round)
         check_message(message)
         if phase == "fit":
             old = unpack_weights(message)
@@ -1485,10 +1497,14 @@ def finetune_attack(
     _check_module(model)
     fraction = float(check_scalar(fraction, "fraction", Interval("real", 0, 1, closed="right")))
     epochs = int(check_scalar(epochs, "epochs", Interval("int", 1, None)))
-    X = np.asarray(X)
-    y = np.asarray(y, dtype=np.int64)
-    if len(X) != len(y):
-        raise ValueError(f"X and y must have the same length, got {len(X)} and {len(y)}")
+    lr = float(check_scalar(lr, "lr", Interval("real", 0, None)))
+    batch_size = int(check_scalar(batch_size, "batch_size", Interval("int", 1, None)))
+    X = check_array(X, "X", dtypes=(np.float32, np.float64), finite=True)
+    y = check_array(y, "y", dtypes=(np.int64,), ndim=1)
+    if X.ndim < 1:
+        raise ValueError(f"X must have one row per example, got a scalar of shape {X.shape}")
+    if len(X) != len(y) or len(y) == 0:
+        raise ValueError(f"X and y must have the same non-zero length, got {len(X)} and {len(y)}")
     gen = check_rng(rng)
     n = max(1, round(fraction * len(y)))
     idx = gen.choice(len(y), size=n, replace=False)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rml_fast._validation import check_array
+from rml_fast._validation import Interval, check_array, check_scalar
 
 
 def check_binary_X(X: Any, n_features: int | None = None, name: str = "X") -> np.ndarray:
@@ -54,6 +54,23 @@ class FallingTree:
     risk: np.ndarray
     objective: float
     tau: float = 0.5
+
+    def __post_init__(self) -> None:
+        """Validate the arrays (1-d, one entry per node, integer / finite real) and scalars."""
+        n = None
+        for name in ("feature", "orient", "priority", "second", "risk"):
+            a = getattr(self, name)
+            arr = check_array(a, name, dtypes=None, ndim=1, finite=True)
+            if name != "risk" and arr.dtype.kind not in "iu":
+                raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+            if n is None:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise ValueError(f"{name} must have one entry per node ({n}), got shape {arr.shape}")
+        if n == 0:
+            raise ValueError("feature must have at least one node (the root), got an empty array")
+        check_scalar(self.objective, "objective", Interval("real", None, None))
+        check_scalar(self.tau, "tau", Interval("real", None, None))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], tau: float = 0.5) -> FallingTree:

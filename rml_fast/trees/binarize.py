@@ -28,8 +28,11 @@ class _Binarizer:
     binary_: np.ndarray
     feature_names_in_: list[str]
 
-    def _check_X(self, X: Any) -> np.ndarray:
-        return check_array(X, "X", dtypes=(np.float64, np.float32), ndim=2)
+    def _check_X(self, X: Any, fitting: bool = False) -> np.ndarray:
+        x = check_array(X, "X", dtypes=(np.float64, np.float32), ndim=2)
+        if fitting and x.shape[0] == 0:
+            raise ValueError(f"X must have at least one row to fit on, got shape {x.shape}")
+        return x
 
     def _names(self, p: int, feature_names: Any) -> list[str]:
         if feature_names is None:
@@ -105,7 +108,7 @@ class QuantileBinarizer(_Binarizer):
     def fit(self, X: Any, y: Any = None, feature_names: Any = None) -> QuantileBinarizer:
         """Choose thresholds from ``X`` of shape (n, p), float."""
         k = int(check_scalar(self.n_thresholds, "n_thresholds", Interval("int", 1, None)))
-        x = self._check_X(X)
+        x = self._check_X(X, fitting=True)
         qs = np.arange(1, k + 1) / (k + 1)
         thresholds = []
         for j in range(x.shape[1]):
@@ -152,12 +155,13 @@ class ThresholdGuessBinarizer(_Binarizer):
                               "(pip install scikit-learn)") from exc
         n_est = int(check_scalar(self.n_estimators, "n_estimators", Interval("int", 1, None)))
         depth = int(check_scalar(self.max_depth, "max_depth", Interval("int", 1, None)))
-        x = self._check_X(X)
+        x = self._check_X(X, fitting=True)
         if y is None:
             raise ValueError("y is required: thresholds are guessed from a supervised ensemble")
         yy = check_array(y, "y", dtypes=None, ndim=1)
         if yy.shape[0] != x.shape[0]:
-            raise ValueError(f"y must have {x.shape[0]} entries, got {yy.shape[0]}")
+            raise ValueError(f"y must have one entry per row of X ({x.shape[0]}), "
+                             f"got {yy.shape[0]}")
         seed = int(check_rng(self.rng).integers(0, 2**31 - 1))
         gb = GradientBoostingClassifier(n_estimators=n_est, max_depth=depth, random_state=seed)
         gb.fit(x, yy)

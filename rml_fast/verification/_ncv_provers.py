@@ -65,7 +65,9 @@ def score(lp: torch.Tensor, y: torch.Tensor, objective: str, reject: bool) -> to
 
 
 def _logprobs(verifier, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(verifier(z, s), dim=-1)
+    # the unchecked forward: the public entry points validated z once
+    forward = getattr(verifier, "_forward", verifier)
+    return torch.log_softmax(forward(z, s), dim=-1)
 
 
 def exact_logprobs(verifier, z: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

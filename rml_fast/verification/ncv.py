@@ -25,6 +25,7 @@ Merlin-Arthur Classifiers", AISTATS 2024.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,13 +35,34 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.verification import _ncv_checkpoint as _ckpt
 from rml_fast.verification import _ncv_provers as _pv
 
 __all__ = ["ConceptVerifier", "KSparseProver", "NeuralConceptVerifier", "morgana_loss"]
 
 PROVER_METHODS = ("auto", "exact", "greedy", "fw")
+
+
+def _check_labels(y: object, n: int, n_classes: int, rows: str, name: str = "y") -> torch.Tensor:
+    """``y`` as an int64 tensor of shape (n,) with values in [0, n_classes), or an error naming it."""
+    check_tensor(y, name, ndim=1, floating=False, finite=False)
+    assert isinstance(y, torch.Tensor)
+    if y.dtype != torch.int64:
+        raise TypeError(f"{name} must be an int64 tensor of class indices, got {y.dtype}")
+    if y.shape[0] != n:
+        raise ValueError(f"{name} must have one label per row of {rows} ({n} rows), "
+                         f"got shape {tuple(y.shape)}")
+    if n and (int(y.min()) < 0 or int(y.max()) >= n_classes):
+        raise ValueError(f"{name} must hold class indices in [0, {n_classes}), got values in "
+                         f"[{int(y.min())}, {int(y.max())}]")
+    return y
+
+
+def _check_flag(value: object, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def morgana_loss(logits: torch.Tensor, y: torch.Tensor, reject: bool = True) -> torch.Tensor:
@@ -59,7 +81,13 @@ def morgana_loss(logits: torch.Tensor, y: torch.Tensor, reject: bool = True) -> 
     -------
     loss : Tensor of shape (B,)
         :math:`-\log(p_y + p_{idk}) = \log\sum_c e^{l_c} - \log(e^{l_y} + e^{l_{idk}})`, computed with
-        log-sum-exp (stable for any logits).
+        log-sum-exp (stable for any logits; NaN logits give NaN losses).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``logits`` is not a real floating tensor of shape (B, K+1) (K >= 1), ``y`` not an int64
+        tensor of shape (B,) with values in ``[0, K)``, or ``reject`` not a bool.
 
     Examples
     --------
@@ -69,7 +97,15 @@ def morgana_loss(logits: torch.Tensor, y: torch.Tensor, reject: bool = True) -> 
     >>> float(morgana_loss(logits, torch.tensor([1]))), float(-(p[0, 1] + p[0, 2]).log())
     (1.0943443775177002, 1.0943443775177002)
     """
-    return _pv.morgana_loss_from_logprobs(torch.log_softmax(logits, dim=-1), y, bool(reject))
+    reject = _check_flag(reject, "reject")
+    check_tensor(logits, "logits", ndim=2, finite=False)
+    n_classes = logits.shape[1] - (1 if reject else 0)
+    if n_classes < 1:
+        raise ValueError(f"logits must have at least {2 if reject else 1} columns "
+                         f"(K classes{' and the reject class' if reject else ''}), "
+                         f"got shape {tuple(logits.shape)}")
+    _check_labels(y, logits.shape[0], n_classes, "logits")
+    return _pv.morgana_loss_from_logprobs(torch.log_softmax(logits, dim=-1), y, reject)
 
 
 class ConceptVerifier(nn.Module):
@@ -110,6 +146,8 @@ class ConceptVerifier(nn.Module):
         super().__init__()
         self.n_concepts = int(check_scalar(n_concepts, "n_concepts", Interval("int", 1, None)))
         self.n_classes = int(check_scalar(n_classes, "n_classes", Interval("int", 1, None)))
+        if isinstance(hidden, (str, bytes)) or not isinstance(hidden, (Sequence, np.ndarray)):
+            raise TypeError(f"hidden must be a sequence of ints, got {type(hidden).__name__}")
         widths = [int(check_scalar(h, "hidden", Interval("int", 1, None))) for h in hidden]
         self.reveal_mask, self.reject = bool(reveal_mask), bool(reject)
         sizes = [self.n_concepts * (2 if self.reveal_mask else 1), *widths,
@@ -128,7 +166,39 @@ class ConceptVerifier(nn.Module):
                     nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
 
     def forward(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, K+1)`` from concepts ``z`` ``(B, m)`` and a mask ``s`` ``(B, m)`` in [0, 1]."""
+        """Logits ``(B, K+1)`` from concepts ``z`` ``(B, m)`` and a mask ``s`` ``(B, m)`` in [0, 1].
+
+        Both are finite tensors of the verifier's dtype (a TypeError / ValueError naming the
+        argument otherwise).
+
+        Examples
+        --------
+        >>> import torch
+        >>> v = ConceptVerifier(4, 2, hidden=(8,), generator=torch.Generator().manual_seed(0))
+        >>> v(torch.randn(3, 4), torch.ones(3, 4)).shape
+        torch.Size([3, 3])
+        """
+        self._check_concepts(z, "z")
+        self._check_concepts(s, "s", mask=True)
+        if s.shape != z.shape:
+            raise ValueError(f"s must have the shape of z {tuple(z.shape)}, got {tuple(s.shape)}")
+        return self._forward(z, s)
+
+    def _check_concepts(self, t: object, name: str, nonempty: bool = False,
+                        mask: bool = False) -> torch.Tensor:
+        # a mask may also be bool / integer 0-1 (it is multiplied into z)
+        check_tensor(t, name, ndim=2, nonempty=nonempty, floating=not mask)
+        assert isinstance(t, torch.Tensor)
+        if t.is_complex():
+            raise TypeError(f"{name} must be real, got {t.dtype}")
+        if t.shape[1] != self.n_concepts:
+            raise ValueError(f"{name} must have shape (B, {self.n_concepts}), got {tuple(t.shape)}")
+        dtype = self.net[0].weight.dtype
+        if t.is_floating_point() and t.dtype != dtype:
+            raise TypeError(f"{name} must have the verifier's dtype {dtype}, got {t.dtype}")
+        return t
+
+    def _forward(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         x = z * s
         if self.reveal_mask:
             x = torch.cat([x, s], dim=-1)
@@ -187,9 +257,34 @@ class KSparseProver:
 
     def select(self, verifier: ConceptVerifier, z: torch.Tensor,
                y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Masks ``(B, m)`` (0/1, ``z``'s dtype) and their objective values ``(B,)``."""
-        if z.ndim != 2 or z.shape[1] != verifier.n_concepts:
-            raise ValueError(f"z must have shape (B, {verifier.n_concepts}), got {tuple(z.shape)}")
+        """Masks ``(B, m)`` (0/1, ``z``'s dtype) and their objective values ``(B,)``.
+
+        Parameters
+        ----------
+        verifier : ConceptVerifier
+            The (frozen) verifier.
+        z : torch.Tensor, shape (B, m), B >= 1
+            Finite concepts of the verifier's dtype.
+        y : torch.Tensor, shape (B,), int64
+            Class indices in ``[0, K)``.
+
+        Returns
+        -------
+        masks : torch.Tensor, shape (B, m)
+        scores : torch.Tensor, shape (B,)
+
+        Examples
+        --------
+        >>> import torch
+        >>> v = ConceptVerifier(5, 2, hidden=(8,), generator=torch.Generator().manual_seed(0))
+        >>> s, sc = KSparseProver(1).select(v, torch.randn(2, 5), torch.tensor([0, 1]))
+        >>> s.sum(1).tolist(), sc.shape
+        ([1.0, 1.0], torch.Size([2]))
+        """
+        if not isinstance(verifier, ConceptVerifier):
+            raise TypeError(f"verifier must be a ConceptVerifier, got {type(verifier).__name__}")
+        verifier._check_concepts(z, "z", nonempty=True)
+        _check_labels(y, z.shape[0], verifier.n_classes, "z")
         if self.k > z.shape[1]:
             raise ValueError(f"k={self.k} is larger than the number of concepts m={z.shape[1]}")
         args = (verifier, z, y, self.k, self.mode, verifier.reject)
@@ -337,13 +432,23 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
                              restarts=self.fw_restarts)
 
     def _z(self, X, reset: bool = False) -> torch.Tensor:
-        X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        try:
+            X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        except (ValueError, TypeError) as exc:
+            # scikit-learn's messages ("Expected 2D array ... Reshape your data", "Found array
+            # with 0 sample(s)", "Complex data not supported") do not always name the argument
+            msg = str(exc)
+            if re.search(r"(?<![A-Za-z0-9_])X(?![A-Za-z0-9_])", msg) is None:
+                raise type(exc)(f"X: {msg}") from exc
+            raise
         return torch.tensor(np.asarray(X), dtype=self._dtype)
 
-    def _y(self, y) -> torch.Tensor:
+    def _y(self, y, n: int | None = None) -> torch.Tensor:
         y = np.asarray(y)
         if y.ndim != 1:
             raise ValueError(f"y must have shape (n,), got {y.shape}")
+        if n is not None and y.shape[0] != n:
+            raise ValueError(f"y must have one label per row of X ({n} rows), got {y.shape[0]}")
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
         if not np.array_equal(self.classes_[idx], y):
@@ -458,9 +563,10 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
             else:
                 s_m, s_a = self._game_masks(zb, yb)
             v.train()
-            lm = nn.functional.cross_entropy(v(zb, s_m), yb)
+            lm = nn.functional.cross_entropy(v._forward(zb, s_m), yb)
             if s_a is not None:
-                la = morgana_loss(v(zb, s_a), yb, v.reject).mean()
+                lp_a = torch.log_softmax(v._forward(zb, s_a), dim=-1)
+                la = _pv.morgana_loss_from_logprobs(lp_a, yb, v.reject).mean()
                 loss = lm + float(self.gamma) * la
             else:
                 la, loss = lm.detach() * 0, lm
@@ -499,7 +605,7 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
             s = self._prover("merlin")(v, z, torch.full((z.shape[0],), c, dtype=torch.long))
             certs.append(s)
             with torch.no_grad():
-                lps.append(torch.log_softmax(v(z, s), -1))
+                lps.append(torch.log_softmax(v._forward(z, s), -1))
         return torch.stack(certs, 1), torch.stack(lps, 1)
 
     def predict_proba(self, X) -> np.ndarray:
@@ -581,7 +687,7 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
             n_cls = len(self.classes_)
             c = lpc[:, torch.arange(n_cls), torch.arange(n_cls)].argmax(1)
             return cert[torch.arange(len(c)), c].bool().numpy()
-        return self._prover("merlin")(self.verifier_, z, self._y(y)).bool().numpy()
+        return self._prover("merlin")(self.verifier_, z, self._y(y, z.shape[0])).bool().numpy()
 
     def verifier_logits(self, X, masks) -> np.ndarray:
         """The verifier's logits ``(n, K+1)`` for concepts ``X`` ``(n, m)`` revealed by ``masks`` ``(n, m)``.
@@ -617,7 +723,8 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
         1.0
         """
         check_is_fitted(self)
-        z, yt = self._z(X), self._y(y)
+        z = self._z(X)
+        yt = self._y(y, z.shape[0])
         s = self._prover("merlin")(self.verifier_, z, yt)
         with torch.no_grad():
             pred = self.verifier_(z, s).argmax(-1)
@@ -640,7 +747,8 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
         (1, 0.0)
         """
         check_is_fitted(self)
-        z, yt = self._z(X), self._y(y)
+        z = self._z(X)
+        yt = self._y(y, z.shape[0])
         method = self._method(z.shape[1], adversary)
         v = self.verifier_
         if method == "fw" and adversary == "auto":
