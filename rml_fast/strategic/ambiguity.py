@@ -38,6 +38,11 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from rml_fast._validation import check_array, check_rng
 from rml_fast.exceptions import InfeasibleError
+from rml_fast.strategic._named_validation import (
+    as_float_rows,
+    check_targets_named,
+    validate_named,
+)
 
 __all__ = [
     "AmbiguousStrategicClassifier",
@@ -86,6 +91,11 @@ def _vec(w: Any, name: str) -> np.ndarray:
     if not np.any(arr != 0):
         raise ValueError(f"{name} must be a non-zero vector, got all zeros")
     return arr
+
+
+def _member(w: Any, b: Any) -> tuple[np.ndarray, float]:
+    """A candidate member ``(w, b)`` of a revealed set: a finite 1-D ``w``, a finite ``b``."""
+    return check_array(w, "w", ndim=1).astype(np.float64, copy=False), _real(b, "b")
 
 
 def _real(v: Any, name: str) -> float:
@@ -143,13 +153,13 @@ class IntervalSet:
         return self.b_hi - self.b_lo
 
     def in_region(self, X: np.ndarray) -> np.ndarray:
-        """Boolean mask (n,) of the rows of ``X`` in ``R_H`` (accepted by every member)."""
-        return np.asarray(X, dtype=np.float64) @ self.w - self.b_hi >= 0.0
+        """Boolean mask (n,) of the rows of ``X`` (n, d), finite, in ``R_H`` (accepted by all)."""
+        return as_float_rows(X, "X", self.d) @ self.w - self.b_hi >= 0.0
 
     def contains(self, w: np.ndarray, b: float) -> bool:
-        """Whether the classifier ``(w, b)`` is a member of ``H``."""
-        return bool(np.array_equal(np.asarray(w, dtype=np.float64), self.w)
-                    and self.b_lo <= b <= self.b_hi)
+        """Whether the classifier ``(w, b)`` (``w`` finite, shape (d,)) is a member of ``H``."""
+        w, b = _member(w, b)
+        return bool(np.array_equal(w, self.w) and self.b_lo <= b <= self.b_hi)
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,12 +207,12 @@ class FiniteSet:
         return int(self.W.shape[0])
 
     def in_region(self, X: np.ndarray) -> np.ndarray:
-        """Boolean mask (n,) of the rows of ``X`` in ``R_H``."""
-        return np.all(np.asarray(X, dtype=np.float64) @ self.W.T - self.b[None, :] >= 0.0, axis=1)
+        """Boolean mask (n,) of the rows of ``X`` (n, d), finite, in ``R_H``."""
+        return np.all(as_float_rows(X, "X", self.d) @ self.W.T - self.b[None, :] >= 0.0, axis=1)
 
     def contains(self, w: np.ndarray, b: float) -> bool:
-        """Whether ``(w, b)`` is one of the members."""
-        w = np.asarray(w, dtype=np.float64)
+        """Whether ``(w, b)`` (``w`` finite, shape (d,)) is one of the members."""
+        w, b = _member(w, b)
         return any(np.array_equal(w, self.W[k]) and b == self.b[k] for k in range(self.K))
 
 
@@ -249,13 +259,15 @@ class BallSet:
         return int(self.w0.shape[0])
 
     def in_region(self, X: np.ndarray) -> np.ndarray:
-        """Boolean mask (n,) of the rows of ``X`` in ``R_H``."""
-        X = np.asarray(X, dtype=np.float64)
+        """Boolean mask (n,) of the rows of ``X`` (n, d), finite, in ``R_H``."""
+        X = as_float_rows(X, "X", self.d)
         return X @ self.w0 - self.radius * np.linalg.norm(X, axis=1) - self.b0 >= 0.0
 
     def contains(self, w: np.ndarray, b: float) -> bool:
         """Whether ``(w, b)`` is a member (``b == b0`` and ``||w - w0|| <= radius``)."""
-        w = np.asarray(w, dtype=np.float64)
+        w, b = _member(w, b)
+        if w.shape != self.w0.shape:
+            return False
         return bool(b == self.b0 and np.linalg.norm(w - self.w0) <= self.radius * (1 + 1e-12))
 
 
@@ -537,6 +549,19 @@ class RealizedRule:
     revealed_set_: RevealedSet
     alpha: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "w", check_array(self.w, "w", ndim=1).astype(np.float64,
+                                                                               copy=False))
+        object.__setattr__(self, "b", _real(self.b, "b"))
+        a = _real(self.alpha, "alpha")
+        if a <= 0:
+            raise ValueError(f"alpha must be > 0, got {self.alpha!r}")
+        object.__setattr__(self, "alpha", a)
+        classes = np.asarray(self.classes_)
+        if classes.shape != (2,):
+            raise ValueError(f"classes_ must have shape (2,), got {classes.shape}")
+        object.__setattr__(self, "classes_", classes)
+
     def predict(self, X: Any) -> np.ndarray:
         """``classes_[h*(x)]`` for each row of ``X`` (n, d), without any response."""
         X = check_array(X, "X", ndim=2).astype(np.float64, copy=False)
@@ -588,7 +613,8 @@ def exact_interval_sweep(scores: Any, y: Any, *, radius: float = 1.0,
     s = check_array(scores, "scores", ndim=1).astype(np.float64)
     yy = np.asarray(y)
     if yy.shape != s.shape or not np.all((yy == 0) | (yy == 1)):
-        raise ValueError(f"y must be 0/1 labels of shape {s.shape}")
+        raise ValueError(f"y must be 0/1 labels of the shape of scores {s.shape}, got an array "
+                         f"of shape {yy.shape}")
     r = _real(radius, "radius")
     dl = _real(delta, "delta")
     if r <= 0 or dl < 0:
@@ -725,14 +751,11 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
 
         Raises a ValueError if ``y`` has one class only (nothing to learn) or more than two.
         """
-        from sklearn.utils.multiclass import check_classification_targets
-        from sklearn.utils.validation import validate_data
-
         from rml_fast.strategic._ambiguity_train import train_surrogate
 
         self._check_params()
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], ensure_min_samples=2)
-        check_classification_targets(y)
+        X, y = validate_named(self, X, y, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        check_targets_named(y)
         classes, y01 = np.unique(y, return_inverse=True)
         if classes.shape[0] == 1:
             raise ValueError(f"y has one class only ({classes[0]!r}); the classifier needs "
@@ -827,10 +850,10 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
         >>> clf.best_response(X)[1]
         array([False, False,  True, False])
         """
-        from sklearn.utils.validation import check_is_fitted, validate_data
+        from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "revealed_set_")
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_named(self, X, dtype=[np.float64, np.float32], reset=False)
         return maxmin_best_response(X, self.revealed_set_, self.alpha)
 
     def deployed(self) -> RealizedRule:
@@ -868,10 +891,10 @@ class AmbiguousStrategicClassifier(ClassifierMixin, BaseEstimator):
         >>> clf.predict(np.array([[0.0]])), clf.predict(np.array([[0.0]]), strategic=False)
         (array([1]), array([0]))
         """
-        from sklearn.utils.validation import check_is_fitted, validate_data
+        from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "revealed_set_")
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_named(self, X, dtype=[np.float64, np.float32], reset=False)
         X = np.asarray(X, dtype=np.float64)
         if strategic:
             X, _ = maxmin_best_response(X, self.revealed_set_, self.alpha)

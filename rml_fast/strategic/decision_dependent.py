@@ -55,11 +55,12 @@ from typing import Any, cast
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted
 
 from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.exceptions import ConvergenceWarning, InfeasibleError
+from rml_fast.strategic._named_validation import check_targets_named, validate_named
 from rml_fast.strategic.simulator import _linear_best_response
 
 __all__ = [
@@ -143,6 +144,11 @@ class StageCertificate:
     alpha: np.ndarray
     u: np.ndarray
 
+    def __post_init__(self) -> None:
+        # a certificate with NaN multipliers certifies nothing: refused, never stored
+        self.alpha = check_array(self.alpha, "alpha", ndim=1)
+        self.u = check_array(self.u, "u", ndim=1)
+
 
 class LinearRule:
     """A fitted linear rule ``accept iff w.x + b > 0`` (one stage of a two-stage classifier).
@@ -166,9 +172,14 @@ class LinearRule:
     """
 
     def __init__(self, w: np.ndarray, b: float, classes: np.ndarray) -> None:
-        self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
-        self.intercept_ = np.array([float(b)])
-        self.classes_ = np.asarray(classes)
+        w = check_array(w, "w", ndim=1).astype(np.float64, copy=False)
+        b = check_scalar(b, "b", Interval("real", None, None))
+        classes = np.asarray(classes)
+        if classes.shape != (2,):
+            raise ValueError(f"classes must have shape (2,), got {classes.shape}")
+        self.coef_ = w.reshape(1, -1)
+        self.intercept_ = np.array([b])
+        self.classes_ = classes
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """Scores ``X @ w + b``, shape (n,).
@@ -257,7 +268,7 @@ def _check_common(est: Any) -> dict[str, Any]:
 
 
 def _encode(est: Any, y: Any) -> np.ndarray:
-    check_classification_targets(y)
+    check_targets_named(y)
     classes = np.unique(y)
     if classes.shape[0] < 2:
         raise ValueError(f"{type(est).__name__} needs two classes in y, got one class "
@@ -333,11 +344,21 @@ def robust_strategic_objective(
     0.25
     """
     X = check_array(X, "X", ndim=2)
+    if X.shape[0] == 0:
+        raise ValueError(f"X must have at least one row, got an array of shape {X.shape}")
     w = check_array(w, "w", ndim=1)
-    y_pm = np.asarray(y_pm)
+    if w.shape != (X.shape[1],):
+        raise ValueError(f"w must have shape ({X.shape[1]},) like the columns of X, got "
+                         f"{w.shape}")
+    b = check_scalar(b, "b", Interval("real", None, None))
+    y_pm = check_array(y_pm, "y_pm", dtypes=None, ndim=1)
+    if y_pm.shape != (X.shape[0],) or not np.all((y_pm == 1) | (y_pm == -1)):
+        raise ValueError(f"y_pm must hold labels in {{-1, +1}} with shape ({X.shape[0]},), got "
+                         f"shape {y_pm.shape}")
     om = _omega(cost_norm, cost_weights, X.shape[1])
     kappa = check_scalar(kappa, "kappa", Interval("real", 0.0, None, "neither"))
-    return _objective(w, float(b), X, y_pm, 1.0 / kappa, C, om)
+    C = check_scalar(C, "C", Interval("real", 0.0, None))
+    return _objective(w, b, X, y_pm, 1.0 / kappa, C, om)
 
 
 def _objective(w, b, X, y_pm, inv_kappa, C, om) -> float:
@@ -575,7 +596,7 @@ class RobustStrategicClassifier(ClassifierMixin, BaseEstimator):
         array([-1, -1,  1,  1])
         """
         p = _check_common(self)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = validate_named(self, X, y, dtype=[np.float64, np.float32])
         classes = _encode(self, y)
         X = np.asarray(X, dtype=np.float64)
         d = X.shape[1]
@@ -605,7 +626,7 @@ class RobustStrategicClassifier(ClassifierMixin, BaseEstimator):
         True
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_named(self, X, dtype=[np.float64, np.float32], reset=False)
         return np.asarray(X, dtype=np.float64) @ self.coef_[0] + self.intercept_[0]
 
     def predict(self, X: Any) -> np.ndarray:
@@ -647,7 +668,7 @@ class RobustStrategicClassifier(ClassifierMixin, BaseEstimator):
         [[-0.1]]
         """
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_named(self, X, dtype=[np.float64, np.float32], reset=False)
         k = self.kappa_lo if kappa is None else kappa
         k = check_scalar(k, "kappa", Interval("real", 0.0, None, "neither"))
         om = _omega(self.cost_norm, self.cost_weights, X.shape[1])
@@ -818,7 +839,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         [0, 0, 1, 1]
         """
         p = self._params()
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = validate_named(self, X, y, dtype=[np.float64, np.float32])
         classes = _encode(self, y)
         X = np.asarray(X, dtype=np.float64)
         d = X.shape[1]
@@ -1055,7 +1076,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         st = self._stage(stage)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_named(self, X, dtype=[np.float64, np.float32], reset=False)
         w, b = self.coef_stage_[st - 1]
         return np.asarray(X, dtype=np.float64) @ w + b
 
@@ -1114,7 +1135,7 @@ class TwoStageDDURobustClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self)
         st = self._stage(stage)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_named(self, X, dtype=[np.float64, np.float32], reset=False)
         y = np.asarray(y)
         if y.shape != (X.shape[0],):
             raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")

@@ -259,6 +259,7 @@ def linear_rule(classifier: Any, d: int) -> tuple[np.ndarray, float]:
     >>> bool(np.allclose(X @ w + b, clf.decision_function(X)))
     True
     """
+    d = check_scalar(d, "d", Interval("int", 1, None))
     coef = getattr(classifier, "coef_", None)
     inter = getattr(classifier, "intercept_", None)
     if coef is not None and inter is not None:
@@ -266,7 +267,7 @@ def linear_rule(classifier: Any, d: int) -> tuple[np.ndarray, float]:
         b_arr = np.asarray(inter, dtype=np.float64).reshape(-1)
         if w.shape[0] != d or b_arr.shape[0] != 1:
             raise ValueError(
-                f"classifier must be a binary linear rule with coef_ of {d} weights and one "
+                f"classifier must be a binary linear rule with coef_ of d={d} weights and one "
                 f"intercept, got coef_ shape {np.shape(coef)} and intercept_ shape {np.shape(inter)}"
             )
         return w, float(b_arr[0])
@@ -335,6 +336,8 @@ def grid_best_response(
     wts = _check_cost_norm(cost_norm, weights, d)
     k = _check_kappa(kappa, n)
     pos = _pos_label(classifier, pos_label)
+    if n == 0:  # no agents: nothing to ask the classifier
+        return np.asarray(X, dtype=np.float64).copy(), np.zeros(0, dtype=bool)
     acc_x = np.asarray(classifier.predict(X)) == pos
     acc_c = np.asarray(classifier.predict(cand)) == pos
     X_new = np.asarray(X, dtype=np.float64).copy()
@@ -406,6 +409,15 @@ class RoundResult:
     move_rate: float
     mean_cost: float
 
+    def __post_init__(self) -> None:
+        _check_responses(self)
+
+
+def _check_responses(res: Any) -> None:
+    """Responses and costs must be finite arrays: a NaN response is refused, never recorded."""
+    res.X_response = check_array(res.X_response, "X_response", ndim=2)
+    res.cost = check_array(res.cost, "cost", ndim=1)
+
 
 @dataclass
 class SimulationResult:
@@ -431,6 +443,9 @@ class SimulationResult:
     move_rate: float
     mean_cost: float
     history: list[RoundResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _check_responses(self)
 
     def series(self, name: str) -> np.ndarray:
         """One metric over the rounds, e.g. ``series("gaming_rate")`` -> ndarray (n_rounds,).
