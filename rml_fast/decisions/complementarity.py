@@ -40,10 +40,11 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.decisions._complementarity_boot import bootstrap_counts, bootstrap_means
+from rml_fast.strategic._named_validation import validate_named
 
 __all__ = [
     "STRATEGIES",
@@ -476,6 +477,21 @@ def _worst(w: np.ndarray, s_h: Any, verts: list[tuple[float, float]]) -> np.ndar
     return np.min(np.stack([pooling_gain(w, s_h, sa, r) for sa, r in verts]), axis=0)
 
 
+#: error root-mean-squares above this overflow the gains (their squares exceed float64's range)
+_MAX_RMS = 1e150
+
+
+def _check_scale(s_h: float | tuple[float, float], sa: tuple[float, float]) -> None:
+    """Refuse error scales whose squares overflow (the gains would be inf/NaN)."""
+    top_h = max(s_h) if isinstance(s_h, tuple) else s_h
+    if top_h > _MAX_RMS:
+        raise ValueError(f"s_h must be at most {_MAX_RMS:g} (its square must be finite), got "
+                         f"{top_h!r}")
+    if sa[1] > _MAX_RMS:
+        raise ValueError(f"s_a_range must be at most {_MAX_RMS:g} (its square must be finite), "
+                         f"got {sa[1]!r}")
+
+
 def _s_h_arg(s_h: Any) -> float | tuple[float, float]:
     """A known ``s_h`` (float) or, for a non-degenerate pair, the range ``(lo, hi)``."""
     if isinstance(s_h, numbers.Real) and not isinstance(s_h, (bool, np.bool_)):
@@ -517,6 +533,7 @@ def worst_case_gain(w: Any, s_h: float | tuple[float, float], s_a_range: Any, rh
     s_h = _s_h_arg(s_h)
     sa = _range(s_a_range, "s_a_range", 0.0, None)
     rr = _range(rho_range, "rho_range", -1.0, 1.0)
+    _check_scale(s_h, sa)
     w = check_array(w, "w", dtypes=(np.float64,))
     out = _worst(w, s_h, _vertices(sa, rr))
     return float(out) if np.ndim(out) == 0 else out
@@ -576,6 +593,7 @@ def robust_pooling_weight(s_h: float | tuple[float, float], s_a_range: Any, rho_
     s_h = _s_h_arg(s_h)
     sa = _range(s_a_range, "s_a_range", 0.0, None)
     rr = _range(rho_range, "rho_range", -1.0, 1.0)
+    _check_scale(s_h, sa)
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     verts = _vertices(sa, rr)
@@ -931,7 +949,7 @@ class RobustComplementarity(BaseEstimator):
             _range(self.rho_range, "rho_range", -1.0, 1.0)
 
     def _check_X(self, X: Any, reset: bool) -> np.ndarray:
-        X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        X = validate_named(self, X, reset=reset, dtype=[np.float64, np.float32])
         if X.shape[1] < 2:
             raise ValueError(
                 "X must have at least 2 columns (human forecast, AI forecast[s]), got "
@@ -969,7 +987,7 @@ class RobustComplementarity(BaseEstimator):
         0.5714
         """
         self._check_params()
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=True)
+        X, y = validate_named(self, X, y, dtype=[np.float64, np.float32], y_numeric=True)
         if X.shape[1] < 2:
             raise ValueError(
                 "X must have at least 2 columns (human forecast, AI forecast[s]), got "
@@ -1178,8 +1196,16 @@ def compare_strategies(X_fit: Any, y_fit: Any, X_eval: Any, y_eval: Any, *,
     >>> res["robust"]["gain"] > 0, res["human"]["gain"]
     (True, 0.0)
     """
-    X_eval_arr = np.asarray(X_eval, dtype=np.float64)
+    X_fit = check_array(X_fit, "X_fit", ndim=2)
+    y_fit = check_array(y_fit, "y_fit", ndim=1)
+    if y_fit.shape != (X_fit.shape[0],):
+        raise ValueError(f"y_fit must have shape ({X_fit.shape[0]},) (one per row of X_fit), got "
+                         f"{y_fit.shape}")
+    X_eval_arr = check_array(X_eval, "X_eval", ndim=2).astype(np.float64, copy=False)
     y_eval_arr = check_array(y_eval, "y_eval", ndim=1).astype(np.float64, copy=False)
+    if y_eval_arr.shape != (X_eval_arr.shape[0],):
+        raise ValueError(f"y_eval must have shape ({X_eval_arr.shape[0]},) (one per row of "
+                         f"X_eval), got {y_eval_arr.shape}")
     strategies = list(strategies)
     for s in strategies:
         if s not in STRATEGIES:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rml_fast._validation import Interval, check_array, check_rng, check_scalar
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar, check_tensor
 from rml_fast.models.transformer import TinyConfig, TinyTransformer
 
 logger = logging.getLogger(__name__)
@@ -46,10 +46,11 @@ def _context(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     Xc = check_array(context_X, "context_X", ndim=2)
     yc = np.asarray(context_y)
-    if yc.ndim != 1 or yc.shape[0] != Xc.shape[0]:
-        raise ValueError(f"context_y must have shape ({Xc.shape[0]},), got {yc.shape}")
     if Xc.shape[0] < 1:
-        raise ValueError("the context must hold at least one example")
+        raise ValueError(f"context_X must hold at least one example (row), got shape {Xc.shape}")
+    if yc.ndim != 1 or yc.shape[0] != Xc.shape[0]:
+        raise ValueError(f"context_y must have shape ({Xc.shape[0]},) (one label per row of "
+                         f"context_X), got {yc.shape}")
     if yc.dtype.kind not in "iub" or (yc < 0).any():
         raise TypeError("context_y must hold non-negative integer class labels")
     k = int(yc.max()) + 1
@@ -175,6 +176,10 @@ class ICLTabularNet(nn.Module):
 
     def __init__(self, *, d_max: int = 8, k_max: int = 4, n_max: int = 64, n_layers: int = 2,
                  d_model: int = 64, n_heads: int = 4, d_mlp: int = 128, seed: int = 0) -> None:
+        d_max = check_scalar(d_max, "d_max", Interval("int", 1, None))
+        k_max = check_scalar(k_max, "k_max", Interval("int", 2, None))
+        n_max = check_scalar(n_max, "n_max", Interval("int", 1, None))
+        seed = check_scalar(seed, "seed", Interval("int", None, None))
         super().__init__()
         self.d_max, self.k_max, self.n_max = int(d_max), int(k_max), int(n_max)
         cfg = TinyConfig(n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_mlp=d_mlp,
@@ -199,6 +204,19 @@ class ICLTabularNet(nn.Module):
         >>> tuple(net(torch.zeros(1, 3, 2), torch.zeros(1, 3, dtype=torch.long)).shape)
         (1, 3, 3)
         """
+        # shape and dtype checks only: a finiteness scan would sync every training step, and
+        # NaN features propagate to NaN logits
+        check_tensor(xs, "xs", ndim=3, finite=False)
+        check_tensor(ys, "ys", floating=False)
+        if ys.dtype.is_floating_point or ys.dtype.is_complex or ys.dtype == torch.bool:
+            raise TypeError(f"ys must hold integer class labels, got dtype {ys.dtype}")
+        if tuple(ys.shape) != tuple(xs.shape[:2]):
+            raise ValueError(f"ys must have shape (B, L) = {tuple(xs.shape[:2])} like the first "
+                             f"two axes of xs, got {tuple(ys.shape)}")
+        if not (1 <= xs.shape[1] <= self.n_max + 1 and xs.shape[2] <= self.d_max):
+            raise ValueError(f"xs must have shape (B, L, d) with 1 <= L <= n_max + 1 = "
+                             f"{self.n_max + 1} and d <= d_max = {self.d_max}, got "
+                             f"{tuple(xs.shape)}")
         tt = self.transformer
         B, L, d = xs.shape
         xs = nn.functional.pad(xs, (0, self.d_max - d)) if d < self.d_max else xs

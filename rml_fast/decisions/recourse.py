@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from rml_fast._validation import Interval, check_array, check_rng, validate_params
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar, validate_params
 from rml_fast.decisions._recourse_search import (
     _Config,
     _Outcome,
@@ -43,6 +43,7 @@ from rml_fast.decisions._recourse_search import (
     margins,
     search,
 )
+from rml_fast.strategic._named_validation import validate_named
 
 __all__ = ["AdaptiveSubspaceRecourse", "RecourseResult", "as_predict_proba", "asr_recourse",
            "validity_under"]
@@ -110,6 +111,28 @@ class RecourseResult:
     n_queries: np.ndarray
     n_calls: int
 
+    def __post_init__(self) -> None:
+        # NaN marks "no recourse" -- exactly the rows not found, never a found one (a NaN
+        # counterfactual reported as found would be an invalid point returned silently)
+        x_cf = check_array(self.x_cf, "x_cf", ndim=2, finite=False)
+        cost = check_array(self.cost, "cost", ndim=1, finite=False)
+        found = np.asarray(self.found)
+        m = x_cf.shape[0]
+        if found.dtype != bool or found.shape != (m,):
+            raise ValueError(f"found must be a bool array of shape ({m},) (one per row of x_cf), "
+                             f"got {found.dtype} {found.shape}")
+        if cost.shape != (m,):
+            raise ValueError(f"cost must have shape ({m},) (one per row of x_cf), got {cost.shape}")
+        fin = np.isfinite(x_cf)
+        if not (fin[found].all() and np.isnan(x_cf[~found]).all()):
+            raise ValueError("x_cf must be finite in the rows found and NaN in the others, got a "
+                             "non-finite value in a found row or a number in a row not found")
+        if not (np.isfinite(cost[found]).all() and np.isnan(cost[~found]).all()):
+            raise ValueError("cost must be finite where found and NaN elsewhere, got a "
+                             "non-finite cost where found or a number where not found")
+        object.__setattr__(self, "x_cf", x_cf)
+        object.__setattr__(self, "cost", cost)
+
     @property
     def validity(self) -> float:
         """Fraction of instances with a valid counterfactual (NaN for no instances).
@@ -156,6 +179,8 @@ def as_predict_proba(predictor: Any, n_classes: int | None = None) -> Callable[[
     array([[0., 1.],
            [1., 0.]])
     """
+    if n_classes is not None:
+        n_classes = check_scalar(n_classes, "n_classes", Interval("int", 2, None))
     classes = getattr(predictor, "classes_", None)
     if n_classes is None and classes is not None:
         n_classes = len(classes)
@@ -426,6 +451,8 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
 
     def _config(self) -> _Config:
         vals = validate_params({k: getattr(self, k) for k in _PARAMS}, _PARAMS)
+        if self.n_classes is not None:
+            check_scalar(self.n_classes, "n_classes", Interval("int", 2, None))
         for name, options in _CHOICES.items():
             if getattr(self, name) not in options:
                 raise ValueError(f"{name} must be one of {options}, got {getattr(self, name)!r}")
@@ -482,8 +509,11 @@ class AdaptiveSubspaceRecourse(BaseEstimator):
         >>> AdaptiveSubspaceRecourse().fit(X).scale_
         array([1.4826, 1.    ])
         """
+        return self._fit(X, "X")
+
+    def _fit(self, X: Any, x_name: str) -> AdaptiveSubspaceRecourse:
         self._config()
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=True)
+        X = validate_named(self, X, x_name=x_name, dtype=[np.float64, np.float32], reset=True)
         X = np.asarray(X, dtype=np.float64)
         d = X.shape[1]
         med = np.median(X, axis=0)
@@ -740,7 +770,9 @@ def asr_recourse(predictor: Any, X: Any, target: Any = None, *, X_ref: Any = Non
     ([2, 2, 2], ['found', 'found', 'found'])
     """
     est = AdaptiveSubspaceRecourse(predictor, **params)
-    return est.fit(X if X_ref is None else X_ref).generate(X, target)
+    if X_ref is None:
+        return est.fit(X).generate(X, target)
+    return est._fit(X_ref, "X_ref").generate(X, target)
 
 
 def validity_under(predictors: Sequence[Any], result: RecourseResult, *,
