@@ -121,6 +121,56 @@ py::tuple col_norm2(const py::array& X, int n_threads) {
   throw py::type_error("X: expected float32 or float64, got " + std::string(py::str(X.dtype())));
 }
 
+py::tuple gram_path(const py::array_t<double, py::array::c_style>& G,
+                    const py::array_t<double, py::array::c_style>& Xy,
+                    const py::array_t<double, py::array::c_style>& yy,
+                    const py::array_t<double, py::array::c_style>& n,
+                    const py::array_t<double, py::array::c_style>& lambdas,
+                    const py::object& warm_start, double tol, i64 max_epochs, int anderson_k,
+                    int n_threads) {
+  require(G.ndim() == 3 && G.shape(1) == G.shape(2), "G: expected a (P, m, m) float64 array");
+  const i64 P = G.shape(0), m = G.shape(1);
+  require(Xy.ndim() == 2 && Xy.shape(0) == P && Xy.shape(1) == m, "Xy: expected shape (P, m)");
+  require(yy.ndim() == 1 && yy.shape(0) == P, "yy: expected shape (P,)");
+  require(n.ndim() == 1 && n.shape(0) == P, "n: expected shape (P,)");
+  require(lambdas.ndim() == 1, "lambdas: expected a 1-D float64 array");
+  require(tol >= 0.0, "tol: expected >= 0");
+  require(max_epochs >= 0, "max_epochs: expected >= 0");
+  require(anderson_k >= 0 && anderson_k <= 64, "anderson_k: expected in [0, 64]");
+  const i64 L = lambdas.shape(0);
+  const double* lam = lambdas.data();
+  for (i64 l = 0; l < L; ++l) {
+    require(lam[l] > 0.0, "lambdas: expected strictly positive values");
+    require(l == 0 || lam[l] <= lam[l - 1], "lambdas: expected a non-increasing sequence");
+  }
+  for (i64 p = 0; p < P; ++p) require(n.data()[p] > 0.0, "n: expected positive values");
+  const double* w0 = nullptr;
+  py::array_t<double, py::array::c_style> warm;
+  if (!warm_start.is_none()) {
+    warm = py::cast<py::array_t<double, py::array::c_style>>(warm_start);
+    require(warm.ndim() == 2 && warm.shape(0) == P && warm.shape(1) == m,
+            "warm_start: expected a float64 array of shape (P, m)");
+    w0 = warm.data();
+  }
+  rml::lasso::GramOptions opt;
+  opt.tol = tol;
+  opt.max_epochs = max_epochs;
+  opt.anderson_k = anderson_k;
+  opt.n_threads = n_threads;
+  py::array_t<double> coefs({P, L, m});
+  py::array_t<double> gaps({P, L});
+  py::array_t<i64> epochs({P, L});
+  double* cp = coefs.mutable_data();
+  double* gp = gaps.mutable_data();
+  i64* ep = epochs.mutable_data();
+  {
+    py::gil_scoped_release release;
+    rml::lasso::gram_path(G.data(), Xy.data(), yy.data(), n.data(), P, m, lam, L, w0, opt, cp,
+                          gp, ep);
+  }
+  return py::make_tuple(coefs, gaps, epochs);
+}
+
 }  // namespace
 
 void register_lasso(py::module_ m) {
@@ -136,6 +186,14 @@ void register_lasso(py::module_ m) {
   m.def("col_norm2", &col_norm2, "X"_a, "n_threads"_a = 0,
         "Squared column norms of a Fortran-ordered X (n, m) in float64, and whether every entry\n"
         "of X is finite: (norm2 (m,), finite). One pass over X, OpenMP over columns.");
+  m.def("gram_path", &gram_path, "G"_a, "Xy"_a, "yy"_a, "n"_a, "lambdas"_a,
+        "warm_start"_a = py::none(), "tol"_a = 1e-6, "max_epochs"_a = 10000, "anderson_k"_a = 5,
+        "n_threads"_a = 1,
+        "Lasso paths of P problems given in Gram form (G (P, m, m), Xy (P, m), yy (P,), n (P,)):\n"
+        "min_w 1/(2n)(yy - 2 w^T Xy + w^T G w) + lam ||w||_1 for every lambda (warm started).\n"
+        "Covariance-update CD with Anderson extrapolation; stops at gap <= tol * yy / (2n).\n"
+        "Returns (coefs (P, L, m), gaps (P, L), epochs (P, L)). OpenMP over problems; releases\n"
+        "the GIL.");
   m.def("bookkeeping_isa", &rml::lasso::bookkeeping_isa,
         "Instruction set of the solver's per-feature bookkeeping loops: 'avx2' or 'portable'\n"
         "(RML_FAST_LASSO_PORTABLE=1 in the environment forces 'portable').");

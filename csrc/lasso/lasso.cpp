@@ -1434,6 +1434,123 @@ void path(const T* X, i64 n, i64 m, const T* Y, i64 B, const double* lambdas, i6
   }
 }
 
+namespace {
+
+// One Gram-form problem along the path (see lasso.hpp, gram_path).
+void gram_problem(const double* G, const double* Xy, double yy, double n, i64 m,
+                  const double* lambdas, i64 L, const double* w0, const GramOptions& opt,
+                  double* coefs, double* gaps, i64* epochs) {
+  const size_t M = static_cast<size_t>(m);
+  std::vector<double> w(M, 0.0), c(M), inv(M, 0.0);
+  std::vector<i64> live;  // features with a positive squared norm G_jj
+  for (i64 j = 0; j < m; ++j) {
+    const double d = G[j * m + j];
+    if (d > 0.0) {
+      live.push_back(j);
+      inv[static_cast<size_t>(j)] = 1.0 / d;
+      if (w0 != nullptr) w[static_cast<size_t>(j)] = w0[j];
+    }
+  }
+  // c = Xy - G w, exactly (from the nonzeros of w).
+  auto grad = [&](const std::vector<double>& wv, std::vector<double>& cv) {
+    std::copy(Xy, Xy + m, cv.begin());
+    for (i64 j : live) {
+      const double wj = wv[static_cast<size_t>(j)];
+      if (wj != 0.0) sub_scaled(cv.data(), G + j * m, wj, m);
+    }
+  };
+  // Primal value and w^T Xy from w and c = Xy - G w: ||r||^2 = yy - w^T Xy - w^T c.
+  auto primal = [&](const std::vector<double>& wv, const std::vector<double>& cv, double lam,
+                    double* rr, double* wb) {
+    double b = 0.0, wc = 0.0, l1 = 0.0;
+    for (i64 j : live) {
+      const double wj = wv[static_cast<size_t>(j)];
+      if (wj == 0.0) continue;
+      b += wj * Xy[j];
+      wc += wj * cv[static_cast<size_t>(j)];
+      l1 += std::abs(wj);
+    }
+    *rr = std::max(0.0, yy - b - wc);
+    *wb = b;
+    return *rr / (2.0 * n) + lam * l1;
+  };
+  auto gap_of = [&](double lam) {
+    double rr, wb;
+    const double p = primal(w, c, lam, &rr, &wb);
+    double mx = 0.0;
+    for (i64 j : live) mx = std::max(mx, std::abs(c[static_cast<size_t>(j)]));
+    return std::max(0.0, p - dual_value(rr, yy - wb, std::max(n * lam, mx), lam, n));
+  };
+  grad(w, c);
+  const double tol_abs = opt.tol * yy / (2.0 * n);
+  const int K = opt.anderson_k;
+  std::vector<double> hist, U, A, z, w_acc, c_acc;
+  if (K > 0) {
+    hist.resize(static_cast<size_t>(K + 1) * M);
+    U.resize(static_cast<size_t>(K) * M);
+    A.resize(static_cast<size_t>(K * K));
+    z.resize(static_cast<size_t>(K));
+    w_acc.resize(M);
+    c_acc.resize(M);
+  }
+  for (i64 l = 0; l < L; ++l) {
+    const double lam = lambdas[l];
+    const double nl = n * lam;
+    i64 ep = 0;
+    int n_hist = 0;
+    double gap = 0.0;
+    while (true) {
+      gap = gap_of(lam);
+      if (gap <= tol_abs) {
+        grad(w, c);  // certify on exact correlations (the incremental ones drift by rounding)
+        gap = gap_of(lam);
+        if (gap <= tol_abs) break;
+      }
+      if (ep >= opt.max_epochs) break;
+      for (i64 j : live) {
+        const size_t jj = static_cast<size_t>(j);
+        const double old = w[jj];
+        const double nw = soft(old + c[jj] * inv[jj], nl * inv[jj]);
+        if (nw != old) {
+          w[jj] = nw;
+          sub_scaled(c.data(), G + j * m, nw - old, m);
+        }
+      }
+      ++ep;
+      if (K > 0) {
+        std::copy(w.begin(), w.end(), hist.begin() + static_cast<std::ptrdiff_t>(n_hist) * m);
+        if (++n_hist == K + 1) {
+          n_hist = 0;
+          if (anderson_extrapolate(hist, K, m, U, A, z, w_acc)) {
+            grad(w_acc, c_acc);
+            double r1, b1, r2, b2;
+            if (primal(w_acc, c_acc, lam, &r1, &b1) < primal(w, c, lam, &r2, &b2)) {
+              w.swap(w_acc);
+              c.swap(c_acc);
+            }
+          }
+        }
+      }
+    }
+    std::copy(w.begin(), w.end(), coefs + l * m);
+    gaps[l] = gap;
+    epochs[l] = ep;
+  }
+}
+
+}  // namespace
+
+void gram_path(const double* G, const double* Xy, const double* yy, const double* n, i64 P,
+               i64 m, const double* lambdas, i64 L, const double* w0, const GramOptions& opt,
+               double* coefs, double* gaps, i64* epochs) {
+  const int nt = opt.n_threads > 0 ? rml::cap_threads(opt.n_threads) : rml::max_threads();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && P > 1)
+  for (i64 p = 0; p < P; ++p)
+    gram_problem(G + p * m * m, Xy + p * m, yy[p], n[p], m, lambdas, L,
+                 w0 == nullptr ? nullptr : w0 + p * m, opt, coefs + p * L * m, gaps + p * L,
+                 epochs + p * L);
+}
+
 const char* bookkeeping_isa() { return cpu_has_avx2() ? "avx2" : "portable"; }
 
 template void path<float>(const float*, i64, i64, const float*, i64, const double*, i64,

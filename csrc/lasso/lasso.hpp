@@ -47,6 +47,27 @@ void path(const T* X, std::int64_t n, std::int64_t m, const T* Y, std::int64_t B
 template <typename T>
 bool col_norm2(const T* X, std::int64_t n, std::int64_t m, double* out, int n_threads);
 
+// Lasso paths from Gram matrices (the n >= m regime: scikit-learn's precompute=True), for P
+// independent problems sharing the penalties (e.g. the folds of a cross-validation):
+//   P_p(w) = 1/(2 n_p) (yy_p - 2 w^T Xy_p + w^T G_p w) + lam ||w||_1
+// (= 1/(2 n_p) ||y - X w||^2 + lam ||w||_1 with G = X^T X, Xy = X^T y, yy = y^T y).
+// Cyclic coordinate descent with covariance updates (c = Xy - G w kept for all m features, so
+// the duality gap of every epoch costs O(m)) and Anderson extrapolation, warm started along the
+// path; stops when gap <= tol * yy / (2 n) or after max_epochs epochs per penalty. OpenMP over
+// the P problems. G: (P, m, m) row-major (each symmetric); Xy: (P, m); yy, n: (P,);
+// w0: nullptr or (P, m); out: coefs (P, L, m), gaps (P, L), epochs (P, L).
+struct GramOptions {
+  double tol = 1e-6;
+  std::int64_t max_epochs = 10000;
+  int anderson_k = 5;
+  int n_threads = 1;
+};
+
+void gram_path(const double* G, const double* Xy, const double* yy, const double* n,
+               std::int64_t P, std::int64_t m, const double* lambdas, std::int64_t L,
+               const double* w0, const GramOptions& opt, double* coefs, double* gaps,
+               std::int64_t* epochs);
+
 // Instruction set of the per-feature bookkeeping loops in use: "avx2" or "portable"
 // (RML_FAST_LASSO_PORTABLE=1 in the environment forces "portable").
 const char* bookkeeping_isa();
