@@ -110,8 +110,8 @@ def context_risk(
     reward = _as_float_tensor(reward, "reward", ndim=1)
     if reward.shape[0] != n:
         raise ValueError(f"reward must have shape ({n},) like ratio, got {tuple(reward.shape)}")
-    group_id = _as_ids(group_id, "group_id", n)
-    variant_id = _as_ids(variant_id, "variant_id", n)
+    group_id = _as_ids(group_id, "group_id", n, like="ratio")
+    variant_id = _as_ids(variant_id, "variant_id", n, like="ratio")
     _check_finite(ratio, "ratio")
     _check_finite(reward, "reward")
     return _context_risk(ratio, reward.to(ratio.dtype), group_id.to(ratio.device), variant_id.to(ratio.device))

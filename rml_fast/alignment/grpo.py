@@ -44,6 +44,7 @@ def _as_float_tensor(x: Any, name: str, *, ndim: int | tuple[int, ...]) -> torch
             x = torch.as_tensor(np.asarray(x))
         except Exception as exc:  # ragged lists and the like
             raise TypeError(f"{name} must be a tensor or array-like, got {type(x).__name__}") from exc
+    _not_meta(x, name)
     if x.dtype == torch.bool or not (x.is_floating_point() or x.dtype in _INT_DTYPES):
         raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
     if not x.is_floating_point():
@@ -57,6 +58,12 @@ def _as_float_tensor(x: Any, name: str, *, ndim: int | tuple[int, ...]) -> torch
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
+def _not_meta(x: torch.Tensor, name: str) -> None:
+    """Refuse a tensor on the ``meta`` device (shape only, no values to check or use)."""
+    if x.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+
+
 def _check_finite(x: torch.Tensor, name: str, where: torch.Tensor | None = None) -> None:
     bad = ~torch.isfinite(x.detach())
     if where is not None:
@@ -66,17 +73,18 @@ def _check_finite(x: torch.Tensor, name: str, where: torch.Tensor | None = None)
         raise ValueError(f"{name} must be finite, got NaN or infinite values (first at index {first})")
 
 
-def _as_ids(x: Any, name: str, n: int) -> torch.Tensor:
-    """Integer ids of shape (n,) as int64."""
+def _as_ids(x: Any, name: str, n: int, like: str = "reward") -> torch.Tensor:
+    """Integer ids of shape (n,) as int64 (``like`` names the argument that fixed ``n``)."""
     if not isinstance(x, torch.Tensor):
         try:
             x = torch.as_tensor(x)
         except Exception as exc:
             raise TypeError(f"{name} must be an integer tensor or array-like, got {type(x).__name__}") from exc
+    _not_meta(x, name)
     if x.dtype not in _INT_DTYPES:
         raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
     if x.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},) like the rewards, got {tuple(x.shape)}")
+        raise ValueError(f"{name} must have shape ({n},) like {like}, got {tuple(x.shape)}")
     return x.to(torch.int64)
 
 
@@ -85,7 +93,11 @@ def _as_mask(x: Any, name: str, shape: tuple[int, ...], device: torch.device) ->
     if x is None:
         return torch.ones(shape, dtype=torch.bool, device=device)
     if not isinstance(x, torch.Tensor):
-        x = torch.as_tensor(x)
+        try:
+            x = torch.as_tensor(x)
+        except Exception as exc:
+            raise TypeError(f"{name} must be a bool or 0/1 tensor, got {type(x).__name__}") from exc
+    _not_meta(x, name)
     if tuple(x.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
     if x.dtype != torch.bool:

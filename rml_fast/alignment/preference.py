@@ -120,6 +120,8 @@ def _resolve_hp(kind: str, hp: dict[str, Any]) -> dict[str, Any]:
 def _check_vec(x: Any, name: str, b: int | None, *, finite: bool = True) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B,), got {type(x).__name__}")
+    if x.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if x.ndim != 1 or (b is not None and x.shape[0] != b):
@@ -140,6 +142,8 @@ def _check_len(n: Any, name: str, b: int, like: torch.Tensor) -> torch.Tensor | 
     if not isinstance(n, torch.Tensor):
         raise TypeError(f"{name} must be a positive number or a tensor of shape (B,), got "
                         f"{type(n).__name__}")
+    if n.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if n.ndim != 1 or n.shape[0] != b:
         raise ValueError(f"{name} must have shape ({b},) like zw, got {tuple(n.shape)}")
     n = n.to(dtype=like.dtype, device=like.device)
@@ -368,8 +372,8 @@ def disentanglement_band(
             raise ValueError("s_w and s_l must be non-zero score vectors")
         rho = float(a @ b) / (nw * nl)
     else:
-        nw = check_scalar(float(s_w), "s_w", _POS)
-        nl = check_scalar(float(s_l), "s_l", _POS)
+        nw = check_scalar(_as_real(s_w, "s_w"), "s_w", _POS)
+        nl = check_scalar(_as_real(s_l, "s_l"), "s_l", _POS)
         if rho is None:
             raise ValueError("rho is required when s_w and s_l are norms")
         rho = check_scalar(rho, "rho", Interval("real", -1.0 - 1e-9, 1.0 + 1e-9))
@@ -378,6 +382,33 @@ def disentanglement_band(
         return 0.0, math.inf
     rho = min(rho, 1.0)
     return rho * r_star, r_star / rho
+
+
+def _as_real(x: Any, name: str) -> float:
+    """A Python float from a real number or a one-element tensor (``name`` in the errors)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "meta":
+            raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+        if x.numel() != 1 or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be a real number or a one-element real tensor, "
+                            f"got a {x.dtype} tensor of shape {tuple(x.shape)}")
+        return float(x.detach())
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number or a one-element tensor, got "
+                        f"{type(x).__name__} {x!r}"[:200])
+    return float(x)
+
+
+def _check_operand(x: Any, name: str) -> None:
+    """``x`` must be a real number or a real tensor with values (``predicted_delta``)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type == "meta":
+            raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+        if x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must be a real tensor, got dtype {x.dtype}")
+    elif isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be a real number or a tensor, got {type(x).__name__} "
+                        f"{x!r}"[:200])
 
 
 def predicted_delta(
@@ -405,6 +436,8 @@ def predicted_delta(
     >>> predicted_delta(1.0, 1.0, 1.0, 4.0, 1.5, lr=0.1)  # DPO outside the band: both fall
     (-0.05, -0.25)
     """
+    for v, name in ((d_w, "d_w"), (d_l, "d_l"), (sw_sq, "sw_sq"), (sl_sq, "sl_sq"), (dot, "dot")):
+        _check_operand(v, name)
     lr = check_scalar(lr, "lr", _POS)
     return lr * (d_w * sw_sq - d_l * dot), lr * (d_w * dot - d_l * sl_sq)
 
@@ -451,6 +484,14 @@ def score_geometry(
     (4.0, 2.0, 2.0)
     """
     params = _as_params(params)
+    for z, name in ((zw, "zw"), (zl, "zl")):
+        _check_vec(z, name, None)
+        if z.numel() == 0:
+            raise ValueError(f"{name} must not be empty, got shape {tuple(z.shape)}")
+        if not z.requires_grad:
+            raise ValueError(f"{name} must be attached to the autograd graph (requires_grad), "
+                             "so that its gradient can be taken")
+    max_grad_norm = check_scalar(max_grad_norm, "max_grad_norm", _NONNEG)
     gw = torch.autograd.grad(zw.mean(), params, retain_graph=True, allow_unused=True)
     gl = torch.autograd.grad(zl.mean(), params, retain_graph=True, allow_unused=True)
     z = torch.zeros((), dtype=torch.float64, device=zw.device)
@@ -579,6 +620,8 @@ class RewardCalibrator:
         have been initialised by an earlier step).
         """
         eps = self.eps
+        _check_vec(d_w, "d_w", None, finite=False)
+        _check_vec(d_l, "d_l", d_w.shape[0], finite=False)
         if geometry is None and self.state["log_sw"] is None:
             raise ValueError("the first calibrated step needs the score geometry")
         log_dw = self._ema("log_dw", math.log(max(float(d_w.mean()), eps)))
@@ -650,6 +693,20 @@ class PreferenceOutput:
         ``(lo, hi)`` for ``r`` from the batch geometry.
     inside : Tensor of bool, shape (B,), or None
         Whether each pair's effective ratio ``alpha^2 r`` lies inside the band.
+
+    Raises
+    ------
+    TypeError, ValueError
+        When built by hand: a tensor field that is not a tensor, is on the ``meta`` device or
+        holds NaN (:func:`preference_step` builds its outputs unchecked).
+
+    Examples
+    --------
+    >>> import torch
+    >>> d = torch.tensor([0.5, 0.25])
+    >>> out = PreferenceOutput(torch.tensor(0.6), torch.tensor([0.5, 0.7]), d, d, d / d, 0.0)
+    >>> out.r.tolist(), out.alpha
+    ([1.0, 1.0], 1.0)
     """
 
     loss: torch.Tensor
@@ -662,6 +719,24 @@ class PreferenceOutput:
     geometry: dict[str, torch.Tensor] | None = None
     band: tuple[float, float] | None = None
     inside: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # a user-built output is checked (tensors with values, no NaN); preference_step builds
+        # its own through ``_unchecked`` (e.g. IPO's r = 0/0 = NaN at the target margin is kept)
+        for name in ("loss", "losses", "d_w", "d_l", "r"):
+            x = getattr(self, name)
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+            if x.device.type == "meta":
+                raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+            if x.is_floating_point() and bool(torch.isnan(x.detach()).any()):
+                raise ValueError(f"{name} must not contain NaN")
+
+    @classmethod
+    def _unchecked(cls, **fields: Any) -> PreferenceOutput:
+        out = cls.__new__(cls)
+        out.__dict__.update(fields)
+        return out
 
 
 def preference_step(
@@ -744,7 +819,7 @@ def preference_step(
             band = disentanglement_band(sw, sl, rho=max(-1.0, min(1.0, float(geo["rho"]))))
             eff = r * alpha**2
             inside = (eff >= band[0] * (1 - 1e-9)) & (eff <= band[1] * (1 + 1e-9))
-    return PreferenceOutput(
+    return PreferenceOutput._unchecked(
         loss=losses.mean(), losses=losses, d_w=d_w, d_l=d_l, r=r, log_r=log_r, alpha=alpha,
         geometry=geo, band=band, inside=inside,
     )
@@ -875,9 +950,13 @@ def sequence_logps(
     if not isinstance(logits, torch.Tensor) or logits.ndim != 3 or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point tensor of shape (B, T, V)")
     if not isinstance(labels, torch.Tensor) or labels.shape != logits.shape[:2] or (
-        labels.is_floating_point()
+        labels.is_floating_point() or labels.is_complex()
     ):
-        raise ValueError(f"labels must be an integer tensor of shape {tuple(logits.shape[:2])}")
+        raise ValueError(f"labels must be an integer tensor of shape {tuple(logits.shape[:2])} "
+                         "(logits.shape[:2])")
+    for x, name in ((logits, "logits"), (labels, "labels"), (mask, "mask")):
+        if isinstance(x, torch.Tensor) and x.device.type == "meta":
+            raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     valid = labels != ignore_index
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.shape != labels.shape:

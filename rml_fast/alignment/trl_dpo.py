@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.alignment.preference import (
     _HP,
     RewardCalibrator,
@@ -122,6 +123,31 @@ def _closed_form_ok(model: torch.nn.Module, params: list[torch.Tensor]) -> bool:
     return own == {id(p) for p in params} and id(head.weight) in own
 
 
+def _check_head_inputs(hidden: Any, labels: Any, weight: Any, bias: Any) -> None:
+    """Validate :func:`head_geometry`'s tensors (named in the errors) before any work."""
+    check_tensor(hidden, "hidden", ndim=3, nonempty=True)
+    check_tensor(weight, "weight", ndim=2, nonempty=True)
+    check_tensor(labels, "labels", ndim=2, floating=False)
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise TypeError(f"labels must be an integer tensor, got dtype {labels.dtype}")
+    n2 = hidden.shape[0]
+    if n2 % 2:
+        raise ValueError(f"hidden must have shape (2B, T, d) (chosen rows first), got {tuple(hidden.shape)}")
+    if labels.shape != hidden.shape[:2]:
+        raise ValueError(f"labels must have shape {tuple(hidden.shape[:2])} (hidden.shape[:2]), "
+                         f"got {tuple(labels.shape)}")
+    if weight.shape[1] != hidden.shape[2]:
+        raise ValueError(f"weight must have shape (V, {hidden.shape[2]}) (d of hidden), got "
+                         f"{tuple(weight.shape)}")
+    v = weight.shape[0]
+    if not bool(((labels == -100) | ((labels >= 0) & (labels < v))).all()):
+        raise ValueError(f"labels must be -100 or token ids in [0, {v}) (the rows of weight)")
+    if bias is not None:
+        check_tensor(bias, "bias", ndim=1)
+        if bias.shape[0] != v:
+            raise ValueError(f"bias must have shape ({v},) like weight's rows, got {tuple(bias.shape)}")
+
+
 def head_geometry(
     hidden: torch.Tensor,
     labels: torch.Tensor,
@@ -171,9 +197,10 @@ def head_geometry(
     >>> all(torch.allclose(a[k], b[k]) for k in ("sw_sq", "sl_sq", "dot"))
     True
     """
+    _check_head_inputs(hidden, labels, weight, bias)
+    max_grad_norm = check_scalar(max_grad_norm, "max_grad_norm", Interval("real", 0.0, None))
+    chunk = check_scalar(chunk, "chunk", Interval("int", 1, None))
     n2 = hidden.shape[0]
-    if hidden.ndim != 3 or n2 % 2 or labels.shape != hidden.shape[:2]:
-        raise ValueError("hidden must be (2B, T, d) with labels of shape (2B, T)")
     b = n2 // 2
     grads = []
     with torch.no_grad():

@@ -58,9 +58,15 @@ _OBJECTIVES = ("mse", "hellinger", "chi2", "alpha", "variational")
 def _check_tensor(x, name: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    _not_meta(x, name)
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     return x
+
+
+def _not_meta(x: Tensor, name: str) -> None:
+    if x.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
 
 
 def _check_pair(pred, target, mask) -> tuple[Tensor, Tensor, Tensor]:
@@ -74,6 +80,9 @@ def _check_pair(pred, target, mask) -> tuple[Tensor, Tensor, Tensor]:
         mask = torch.ones((), dtype=pred.dtype, device=pred.device)
     elif not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    _not_meta(mask, "mask")
+    if mask.is_complex():
+        raise TypeError(f"mask must hold real weights, got dtype {mask.dtype}")
     if mask.dim() and (mask.dim() != pred.dim() or mask.shape[0] != pred.shape[0]):
         raise ValueError(
             f"mask must have pred's number of dimensions {pred.dim()} and batch size {pred.shape[0]} "
@@ -91,6 +100,7 @@ def _check_pair(pred, target, mask) -> tuple[Tensor, Tensor, Tensor]:
 def _check_sigma_omega(sigma, omega, batch: int, like: Tensor) -> tuple[float, Tensor | float]:
     sigma = check_scalar(sigma, "sigma", Interval("real", 0.0, None, "neither"))
     if isinstance(omega, Tensor):
+        _not_meta(omega, "omega")
         if omega.shape not in ((), (batch,)):
             raise ValueError(f"omega must be a scalar or of shape ({batch},), got {tuple(omega.shape)}")
         omega = omega.to(like.dtype)
@@ -329,7 +339,7 @@ def gaussian_f_divergence(mu1, mu2, sigma, kind: str = "kl", alpha: float | None
     else:
         sigma = check_scalar(sigma, "sigma", Interval("real", 0.0, None, "neither"))
     sq = diff.pow(2).sum(-1) if diff.dim() else diff.pow(2)
-    d = sq / sigma**2
+    d = sq / (sigma * sigma)  # a product, not ``**``: a huge float sigma gives d = 0, no OverflowError
     if kind in ("kl", "reverse_kl"):
         return d / 2
     if kind == "hellinger":
@@ -397,6 +407,7 @@ class VariationalFDivergence(nn.Module):
         >>> VariationalFDivergence("tv").activation(torch.tensor([0.0]))
         tensor([0.])
         """
+        _check_tensor(v, "v")
         div = self.divergence
         if div in ("kl", "chi2"):
             return v
@@ -416,6 +427,7 @@ class VariationalFDivergence(nn.Module):
         >>> VariationalFDivergence("chi2").conjugate(torch.tensor([2.0]))  # t^2/4 + t
         tensor([3.])
         """
+        _check_tensor(t, "t")
         div, eps = self.divergence, self.eps
         if div == "kl":
             return torch.exp(t - 1.0)
@@ -440,6 +452,7 @@ class VariationalFDivergence(nn.Module):
         >>> bool(torch.allclose(vf.conjugate_of_logits(v), vf.conjugate(vf.activation(v))))
         True
         """
+        _check_tensor(v, "v")
         div = self.divergence
         if div == "kl":
             return torch.exp(v - 1.0)
@@ -575,6 +588,7 @@ class ConvCritic(nn.Module):
         layers.append(nn.utils.parametrizations.spectral_norm(nn.Conv2d(ch, 1, 1)))
         self.net = nn.Sequential(*layers)
         self.n_layers = n_layers
+        self.in_channels = int(in_channels)
 
     def forward(self, output: Tensor, cond: Tensor | None = None) -> Tensor:
         """Logit map.
@@ -594,6 +608,20 @@ class ConvCritic(nn.Module):
         >>> tuple(ConvCritic(1, base=4, n_layers=1)(torch.zeros(1, 1, 4, 4)).shape)
         (1, 1, 2, 2)
         """
+        _check_tensor(output, "output")
+        if output.dim() != 4 or output.shape[1] != self.in_channels:
+            raise ValueError(f"output must have shape (B, {self.in_channels}, H, W), got "
+                             f"{tuple(output.shape)}")
+        if cond is not None:
+            if not isinstance(cond, Tensor):
+                raise TypeError(f"cond must be a torch.Tensor or None, got {type(cond).__name__}")
+            _not_meta(cond, "cond")
+            if cond.is_complex():
+                raise TypeError(f"cond must be a real tensor, got dtype {cond.dtype}")
+            want = (output.shape[0], 1, *output.shape[2:])
+            if tuple(cond.shape) != want:
+                raise ValueError(f"cond must have shape {want} (like output, one channel), got "
+                                 f"{tuple(cond.shape)}")
         mask = torch.ones_like(output[:, :1]) if cond is None else cond.to(output.dtype)
         return self.net(torch.cat([output, mask], dim=1))
 
@@ -605,6 +633,13 @@ class ConvCritic(nn.Module):
         >>> ConvCritic(1, base=4, n_layers=1).pool_mask(torch.ones(1, 1, 4, 4)).tolist()
         [[[[1.0, 1.0], [1.0, 1.0]]]]
         """
+        if not isinstance(mask, Tensor):
+            raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+        _not_meta(mask, "mask")
+        if mask.is_complex():
+            raise TypeError(f"mask must be a real tensor, got dtype {mask.dtype}")
+        if mask.dim() not in (3, 4):
+            raise ValueError(f"mask must have shape (B, 1, H, W), got {tuple(mask.shape)}")
         k = 2**self.n_layers
         return F.avg_pool2d(mask.to(torch.get_default_dtype()), k, k, ceil_mode=True)
 
@@ -639,6 +674,7 @@ class MLPCritic(nn.Module):
         check_scalar(hidden, "hidden", Interval("int", 1, None))
         check_scalar(n_layers, "n_layers", Interval("int", 1, None))
         self.cond_features = int(cond_features)
+        self.in_features = int(in_features)
         sn = nn.utils.parametrizations.spectral_norm if spectral_norm else (lambda m: m)
         layers: list[nn.Module] = []
         width = in_features + cond_features
@@ -666,9 +702,19 @@ class MLPCritic(nn.Module):
         >>> tuple(MLPCritic(2)(torch.zeros(4, 2)).shape)
         (4,)
         """
+        _check_tensor(output, "output")
+        if output.dim() != 2 or output.shape[1] != self.in_features:
+            raise ValueError(f"output must have shape (B, {self.in_features}), got {tuple(output.shape)}")
         if self.cond_features:
+            if cond is not None and not isinstance(cond, Tensor):
+                raise TypeError(f"cond must be a torch.Tensor, got {type(cond).__name__}")
+            if cond is not None:
+                _not_meta(cond, "cond")
+                if cond.is_complex():
+                    raise TypeError(f"cond must be a real tensor, got dtype {cond.dtype}")
             if cond is None or cond.shape != (output.shape[0], self.cond_features):
-                raise ValueError(f"cond must have shape ({output.shape[0]}, {self.cond_features})")
+                raise ValueError(f"cond must have shape ({output.shape[0]}, {self.cond_features}) "
+                                 "(B of output, cond_features)")
             output = torch.cat([output, cond.to(output.dtype)], dim=1)
         return self.net(output).squeeze(-1)
 
@@ -762,6 +808,22 @@ def _flat_grad(params: list[nn.Parameter], loss: Tensor, retain: bool = False) -
     grads = torch.autograd.grad(loss, params, retain_graph=retain, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
                       for p, g in zip(params, grads, strict=True)])
+
+
+def _probe(frozen: nn.Module, x0: Tensor, c_star: int, c_anchor: int, t0: int) -> None:
+    """One no-grad call of the frozen model on ``x0[:1]`` per concept, before any training: a
+    sample shape or concept id the model cannot take fails here with a ValueError naming the
+    arguments (not mid-run with the model's own error)."""
+    t = torch.full((1,), t0, dtype=torch.long)
+    for c, name in ((c_star, "target_concept"), (c_anchor, "anchor_concept")):
+        try:
+            with torch.no_grad():
+                frozen(x0[:1], torch.full((1,), c, dtype=torch.long), t)
+        except (RuntimeError, IndexError, ValueError, TypeError) as exc:
+            raise ValueError(
+                f"model(x_t, c, t) failed on x0[:1] (shape {tuple(x0[:1].shape)}) with {name}={c}: "
+                f"{type(exc).__name__}: {exc}"[:500]
+            ) from exc
 
 
 def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anchor_concept: int,
@@ -865,10 +927,18 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
     _check_tensor(x0, "x0")
     if x0.dim() < 1 or x0.shape[0] == 0:
         raise ValueError(f"x0 must hold at least one sample, got shape {tuple(x0.shape)}")
+    if not bool(torch.isfinite(x0).all()):
+        raise ValueError("x0 must be finite, got NaN or infinite values")
     c_star = int(check_scalar(target_concept, "target_concept", Interval("int", 0, None)))
     c_anchor = int(check_scalar(anchor_concept, "anchor_concept", Interval("int", 0, None)))
     if c_star == c_anchor:
         raise ValueError(f"target_concept and anchor_concept must differ, both are {c_star}")
+    n_concepts = getattr(model, "n_concepts", None)
+    if isinstance(n_concepts, int) and not isinstance(n_concepts, bool):
+        for c, name in ((c_star, "target_concept"), (c_anchor, "anchor_concept")):
+            if c >= n_concepts:
+                raise ValueError(f"{name} must be a concept id in [0, {n_concepts}) "
+                                 f"(model.n_concepts), got {c}")
     steps = int(check_scalar(steps, "steps", Interval("int", 1, None)))
     batch_size = int(check_scalar(batch_size, "batch_size", Interval("int", 1, None)))
     lr = check_scalar(lr, "lr", Interval("real", 0.0, None, "neither"))
@@ -902,6 +972,7 @@ def unlearn(model: nn.Module, schedule, x0: Tensor, *, target_concept: int, anch
               if p.requires_grad and (trainable is None or trainable(n))]
     if not params:
         raise ValueError("trainable selects no parameter of model")
+    _probe(frozen, x0, c_star, c_anchor, lo)
     keep = {id(p) for p in params}
     for p in tuned.parameters():
         p.requires_grad_(id(p) in keep)
