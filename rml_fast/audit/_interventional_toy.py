@@ -188,7 +188,8 @@ def make_object_scene(n_objects: int = 6, *, size: int = 32, radius: float = 2.5
     k = np.ones(5) / 5.0
     smooth = np.apply_along_axis(lambda r: np.convolve(r, k, "valid"), 1, noise)
     smooth = np.apply_along_axis(lambda c: np.convolve(c, k, "valid"), 0, smooth)
-    background = background_scale * smooth / max(smooth.std(), 1e-12)
+    # C order (apply_along_axis over axis 0 leaves a Fortran-ordered array): same values
+    background = np.ascontiguousarray(background_scale * smooth / max(smooth.std(), 1e-12))
     cells = gen.permutation(side * side)[:n]
     centers = np.stack([(cells // side + 0.5) * cell, (cells % side + 0.5) * cell], 1) - 0.5
     rows, cols = np.indices((size, size))
@@ -358,7 +359,7 @@ class ToyRiskModel:
         if imgs.shape[1:] != self.scene.background.shape:
             raise ValueError(f"images must have shape (B, {self.scene.background.shape[0]}, "
                              f"{self.scene.background.shape[1]}), got {imgs.shape}")
-        imgs = imgs.astype(np.float64, copy=False).reshape(imgs.shape[0], -1)
+        imgs = imgs.astype(np.float64, copy=False).reshape(imgs.shape[0], self._readout.shape[1])
         return (imgs - self.scene.background.reshape(1, -1)) @ self._readout.T
 
     def __call__(self, images: np.ndarray) -> np.ndarray:

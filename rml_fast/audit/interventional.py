@@ -874,7 +874,12 @@ class GenerativeInterventionalAttribution:
         seeds = gen.integers(0, 2**31 - 1, size=r).tolist()
         game = InterventionGame(self.risk_fn, self.generator, x, n, seeds=seeds,
                                 batch_size=self.batch_size)
-        f_x = float(np.asarray(self.risk_fn(np.asarray(x)[None]), dtype=np.float64).reshape(-1)[0])
+        try:
+            f_x = float(np.asarray(self.risk_fn(np.asarray(x)[None]),
+                                   dtype=np.float64).reshape(-1)[0])
+        except (ValueError, TypeError, IndexError) as exc:
+            raise ValueError(f"risk_fn failed on x[None] (x of shape {np.shape(x)}): {exc}") \
+                from exc
         self.values_ = self.moebius_ = self.ci_ = None
         self.beta0_ = self.beta_ = self.beta2_ = self.r2_ = None
         if mode == "exact":

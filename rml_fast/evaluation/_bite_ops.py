@@ -269,7 +269,7 @@ def arena_hard_verdict(text: str) -> int:
         raise TypeError(f"text must be str, got {type(text).__name__}")
     v = parse_verdict(text)
     if v is None:
-        raise ValueError(f"no Arena-Hard verdict [[A>>B]] ... [[B>>A]] found in {text[:80]!r}")
+        raise ValueError(f"text holds no Arena-Hard verdict [[A>>B]] ... [[B>>A]]: {text[:80]!r}")
     return v
 
 

@@ -141,7 +141,20 @@ class MetaReport:
         group: str = "all",
         subset: str = "all",
     ) -> MetaRow:
-        """The row for ``(level, metric, group, subset, statistic)``; KeyError if absent."""
+        """The row for ``(level, metric, group, subset, statistic)``.
+
+        Raises
+        ------
+        ValueError
+            If an argument matches no row (the message names it).
+        KeyError
+            If each argument matches some row but no row matches all of them.
+        """
+        for name, value in (("level", level), ("metric", metric), ("group", group),
+                            ("subset", subset), ("statistic", statistic)):
+            known = sorted({str(getattr(r, name)) for r in self.rows})
+            if not isinstance(value, str) or value not in known:
+                raise ValueError(f"{name} must be one of {known}, got {value!r}")
         for r in self.rows:
             if (r.level, r.metric, r.group, r.subset, r.statistic) == (
                 level,

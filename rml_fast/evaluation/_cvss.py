@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rml_fast._validation import Interval, check_scalar
 from rml_fast.evaluation._cvss4_data import EQ_DEPTH, EQ_MAX_VECTORS, MACROVECTOR_SCORES
 
 __all__ = [
@@ -179,6 +180,10 @@ def cvss31_roundup(x: float) -> float:
     >>> cvss31_roundup(4.02), cvss31_roundup(4.00), cvss31_roundup(4.000000000000001)
     (4.1, 4.0, 4.0)
     """
+    return _roundup31(check_scalar(x, "x", Interval("real", None, None)))
+
+
+def _roundup31(x: float) -> float:
     i = round(float(x) * 100000)
     if i % 10000 == 0:
         return i / 100000.0
@@ -200,7 +205,7 @@ def _v3_base(m: dict[str, str], version: str) -> float:
     expl = 8.22 * _AV_W[m["AV"]] * _AC_W[m["AC"]] * pr * _UI_W[m["UI"]]
     if impact <= 0:
         return 0.0
-    rnd = cvss31_roundup if version == "3.1" else _roundup30
+    rnd = _roundup31 if version == "3.1" else _roundup30
     if changed:
         return rnd(min(1.08 * (impact + expl), 10.0))
     return rnd(min(impact + expl, 10.0))
@@ -456,11 +461,11 @@ def cvss_attributes_to_vector(text: str) -> str:
     allowed = _V2_ALLOWED if v2 else _V3_ALLOWED
     missing = [k for k in keys if k not in found]
     if missing:
-        raise CVSSVectorError(f"malformed CVSS attributes {text!r}: missing base metric(s) "
+        raise CVSSVectorError(f"malformed CVSS attributes in text {text!r}: missing base metric(s) "
                               f"{', '.join(missing)}")
     bad = [k for k in keys if found[k] not in allowed[k]]
     if bad:
-        raise CVSSVectorError(f"malformed CVSS attributes {text!r}: value(s) of {bad} do not "
+        raise CVSSVectorError(f"malformed CVSS attributes in text {text!r}: value(s) of {bad} do not "
                               f"fit CVSS {'v2.0' if v2 else 'v3.1'}")
     body = "/".join(f"{k}:{found[k]}" for k in keys)
     return body if v2 else "CVSS:3.1/" + body

@@ -870,11 +870,13 @@ def two_sample_statistics(
     n_prompts, n_ref, n_det, n_tests = _resplit_args(
         n_prompts, ref_per_prompt, det_per_prompt, n_tests, len(ref)
     )
-    for name, pool, need in (("ref_samples", ref, n_ref), ("new_samples", new, n_det)):
+    for name, pool, need, arg in (("ref_samples", ref, n_ref, "ref_per_prompt"),
+                                  ("new_samples", new, n_det, "det_per_prompt")):
         short = [p for p, t in pool.items() if len(t) < need]
         if short:
             raise ValueError(
-                f"{name}[{short[0]!r}] must hold at least {need} samples, got {len(pool[short[0]])}"
+                f"{name}[{short[0]!r}] must hold at least {arg}={need} samples, got "
+                f"{len(pool[short[0]])}"
             )
     gen = check_rng(rng)
     prompts = list(ref)

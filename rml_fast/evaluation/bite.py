@@ -96,6 +96,14 @@ class AttackResult:
     baseline: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("scores", "rewards", "best_so_far", "pool_mean", "ci_width", "ucb_gap",
+                     "lift_per_1k_tokens"):
+            arr = getattr(self, name)
+            if isinstance(arr, np.ndarray) and arr.dtype.kind in "fc" and not bool(
+                    np.isfinite(arr).all()):
+                raise ValueError(f"{name} must be finite, got NaN or infinite values")
+
     @property
     def lift(self) -> float:
         """``best_score - original_score`` (>= 0: the original is in the pool)."""

@@ -295,7 +295,12 @@ def parse_judge_output(text: str, scale: tuple[float, float] = (1, 5)) -> dict[s
     2.0
     """
     lo, hi = _check_scale(scale)
-    out = parse_scores(text)
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str (the judge output), got {type(text).__name__}")
+    try:
+        out = parse_scores(text)
+    except ValueError as exc:
+        raise ValueError(f"text: {exc}") from exc
     for k in ("EA", "CA"):
         if not lo <= out[k] <= hi:
             raise ValueError(f"judge score {k}={out[k]!r} is outside the scale [{lo:g}, {hi:g}]")

@@ -282,7 +282,7 @@ def extract_json(text: str) -> Any:
         if isinstance(val, (dict, list)):
             return val
     head = text[:80] + ("..." if len(text) > 80 else "")
-    raise ValueError(f"no JSON object found in the reply {head!r}")
+    raise ValueError(f"no JSON object found in the reply text {head!r}")
 
 
 def _first_balanced(text: str) -> str | None:
@@ -1218,7 +1218,7 @@ class Workflow:
         ['infrastructure_extraction', 'malware_identification']
         """
         if name not in self.tasks:
-            raise ValueError(f"unknown task {name!r}; tasks: {list(self.tasks)}")
+            raise ValueError(f"unknown task name {name!r}; tasks: {list(self.tasks)}")
         return set(self._anc[name])
 
     def fingerprint(self) -> list[dict[str, Any]]:

@@ -685,8 +685,11 @@ class GradedResponseModel(BaseEstimator):
         """
         a = np.asarray(a, dtype=np.float64).reshape(-1)
         d = np.atleast_2d(np.asarray(d, dtype=np.float64))
+        if a.size == 0:
+            raise ValueError("a must hold at least one slope (one per item), got none")
         if d.shape[0] != a.size:
-            raise ValueError(f"d must have shape (J, K-1) with J={a.size}, got {d.shape}")
+            raise ValueError(f"d must have shape (J, K-1) with J={a.size} (the length of a), "
+                             f"got {d.shape}")
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(d))):
             raise ValueError("a and d must be finite")
         if d.shape[1] > 1 and np.any(np.diff(d, axis=1) >= 0):
@@ -1065,6 +1068,18 @@ class ConsistencyReport:
     psd: np.ndarray
     reliability: float
     model: GradedResponseModel = field(repr=False)
+
+    def __post_init__(self) -> None:
+        # theta_stability may hold NaN (a variant whose theta-hat is constant), b may hold
+        # +-inf (unobserved categories); the fitted a, theta and psd are always finite
+        for name in ("a", "theta", "psd"):
+            arr = getattr(self, name)
+            if isinstance(arr, np.ndarray) and arr.dtype.kind in "fc" and not bool(
+                    np.isfinite(arr).all()):
+                raise ValueError(f"{name} must be finite, got NaN or infinite values")
+        if isinstance(self.b, np.ndarray) and self.b.dtype.kind in "fc" and bool(
+                np.isnan(self.b).any()):
+            raise ValueError("b must not hold NaN (+-inf marks an unobserved category)")
 
 
 @dataclass

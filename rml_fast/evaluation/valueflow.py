@@ -56,6 +56,8 @@ def _check_z(z: Any, name: str = "z") -> None:
 
     if not isinstance(z, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, d), got {type(z).__name__}")
+    if z.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if z.ndim != 2 or z.shape[0] < 1:
         raise ValueError(f"{name} must have shape (B, d) with B >= 1, got {tuple(z.shape)}")
     if not z.is_floating_point():
@@ -117,6 +119,8 @@ def hmce_loss(z: torch.Tensor, labels: torch.Tensor, tau: float = 0.1, tau_base:
     if not isinstance(labels, torch.Tensor):
         raise TypeError(f"labels must be a torch.Tensor of shape (B, L+1), got "
                         f"{type(labels).__name__}")
+    if labels.device.type == "meta":
+        raise ValueError("labels must hold values, got a tensor on the 'meta' device")
     if labels.ndim != 2 or labels.shape[0] != z.shape[0] or labels.shape[1] < 2:
         raise ValueError(f"labels must have shape (B={z.shape[0]}, L+1) with L >= 1, got "
                          f"{tuple(labels.shape)}")
@@ -208,6 +212,8 @@ def anchor_infonce_loss(z: torch.Tensor, anchor_ids: torch.Tensor, tau: float = 
     _check_z(z)
     if not isinstance(anchor_ids, torch.Tensor) or anchor_ids.is_floating_point():
         raise TypeError("anchor_ids must be an integer torch.Tensor of shape (B,)")
+    if anchor_ids.device.type == "meta":
+        raise ValueError("anchor_ids must hold values, got a tensor on the 'meta' device")
     if anchor_ids.shape != (z.shape[0],):
         raise ValueError(f"anchor_ids must have shape ({z.shape[0]},), got "
                          f"{tuple(anchor_ids.shape)}")
@@ -297,9 +303,10 @@ class ValueHierarchy:
         self._id = {n: i for i, n in enumerate(order)}
         self.depth = max(len(p) for ps in self._paths.values() for p in ps)
 
-    def _check_node(self, node: str) -> None:
-        if node not in self._paths:
-            raise ValueError(f"unknown node {node!r}; known: {sorted(self._paths)[:8]} ...")
+    def _check_node(self, node: str, name: str = "node") -> None:
+        if not isinstance(node, str) or node not in self._paths:
+            raise ValueError(f"{name} must be a node of the hierarchy, got the unknown node "
+                             f"{node!r}; known: {sorted(self._paths)[:8]} ...")
 
     def paths(self, node: str) -> list[list[str]]:
         """Every path from the root's child down to ``node`` (root excluded), list of lists."""
@@ -325,8 +332,8 @@ class ValueHierarchy:
 
         Minimised over the paths of both nodes (the root counts as a common ancestor).
         """
-        self._check_node(a)
-        self._check_node(b)
+        self._check_node(a, "a")
+        self._check_node(b, "b")
         best: int | None = None
         for pa in self._paths[a]:
             for pb in self._paths[b]:
@@ -816,15 +823,17 @@ def parse_ranking(text: str, k: int) -> list[int]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    k = check_scalar(k, "k", Interval("int", 1, None))
     m = _RANK_RE.search(text)
     if not m:
-        raise ValueError(f"no ranking list like '[3, 1, 2]' found in {text[:80]!r}")
+        raise ValueError(f"no ranking list like '[3, 1, 2]' found in text {text[:80]!r}")
     try:
         ranks = [int(x) for x in m.group(1).split(",") if x.strip()]
     except ValueError as exc:
-        raise ValueError(f"could not parse the ranking list {m.group(0)!r}") from exc
+        raise ValueError(f"could not parse the ranking list {m.group(0)!r} in text") from exc
     if sorted(ranks) != list(range(1, k + 1)):
-        raise ValueError(f"ranking {m.group(0)!r} is not a permutation of 1..{k}")
+        raise ValueError(f"ranking {m.group(0)!r} in text is not a permutation of 1..k "
+                         f"(k={k})")
     return [r - 1 for r in ranks]
 
 

@@ -38,7 +38,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 import torch
 from torch import Tensor
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 
 __all__ = [
     "CallableVLMAdapter",
@@ -215,12 +215,13 @@ def topk_mask(
     ([1, 2], [0.0, 0.0, 0.0, 9.0])
     """
     image_embeds = _check_embeds(image_embeds, "image_embeds")
-    if not isinstance(scores, Tensor):
-        raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+    check_tensor(scores, "scores", floating=False)
+    if scores.is_complex() or scores.dtype == torch.bool:
+        raise TypeError(f"scores must hold real numbers, got dtype {scores.dtype}")
     if tuple(scores.shape) != tuple(image_embeds.shape[:-1]):
         raise ValueError(
-            f"scores must have shape {tuple(image_embeds.shape[:-1])} (one per image token), "
-            f"got {tuple(scores.shape)}"
+            f"scores must have shape {tuple(image_embeds.shape[:-1])} (one per image token of "
+            f"image_embeds of shape {tuple(image_embeds.shape)}), got {tuple(scores.shape)}"
         )
     k = n_masked(image_embeds.shape[-2], mask_rate)
     fill = _check_fill(fill)
@@ -259,6 +260,13 @@ class VLMInputs:
     image_token_id: int
     n_answer: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        px = self.pixel_values
+        if isinstance(px, Tensor) and px.is_floating_point() and px.device.type != "meta":
+            with torch.no_grad():
+                if not bool(torch.isfinite(px).all()):
+                    raise ValueError("pixel_values must be finite, got NaN or infinite values")
 
     def with_pixels(self, pixel_values: Tensor) -> VLMInputs:
         """The same prompts with other images (same shape)."""
@@ -386,12 +394,13 @@ class TinyVLMAdapter(_AdapterBase):
 
     def prepare(self, pixel_values: Tensor, prompt: Any, answer: Any = None) -> VLMInputs:
         """Inputs for images (B, 1, S, S), a prompt and an optional teacher-forced answer."""
-        from rml_fast.models.digits_vlm import IMAGE, decode
+        from rml_fast.models.digits_vlm import IMAGE
 
         pixel_values = self.model.check_pixels(pixel_values, "pixel_values")
-        prompt = prompt if isinstance(prompt, str) else decode(prompt, stop_at_eos=False)
-        if answer is not None and not isinstance(answer, str):
-            answer = decode(answer, stop_at_eos=False)
+        check_tensor(pixel_values, "pixel_values")
+        prompt = _tiny_words(prompt, "prompt")
+        if answer is not None:
+            answer = _tiny_words(answer, "answer")
         ids = self.model.input_ids(prompt, answer, batch=pixel_values.shape[0])
         n_answer = 0 if answer is None else len(answer.split())
         return VLMInputs(ids, pixel_values, IMAGE, n_answer)
@@ -402,22 +411,55 @@ class TinyVLMAdapter(_AdapterBase):
 
     def splice(self, inputs: VLMInputs, image_embeds: Tensor) -> Tensor:
         """Input embeddings (B, T, D)."""
+        from rml_fast.models.digits_vlm import IMAGE
+
+        check_tensor(image_embeds, "image_embeds", ndim=3, finite=False)
+        n = int((inputs.input_ids == IMAGE).sum())
+        b, t, d = image_embeds.shape
+        if b * t != n or d != self._d_model:
+            raise ValueError(
+                f"image_embeds must have shape (B, N, {self._d_model}) with B x N = {n} (the "
+                f"<image> tokens of inputs.input_ids), got {tuple(image_embeds.shape)}"
+            )
         return self.model.splice(inputs.input_ids, image_embeds)
+
+    @property
+    def _d_model(self) -> int:
+        return int(self.model.lm.W_E.shape[1])
+
+    def _check_inputs_embeds(self, inputs_embeds: Any, finite: bool = False) -> Tensor:
+        check_tensor(inputs_embeds, "inputs_embeds", ndim=3, finite=finite, nonempty=True)
+        if inputs_embeds.shape[-1] != self._d_model:
+            raise ValueError(f"inputs_embeds must have shape (B, T, {self._d_model}), got "
+                             f"{tuple(inputs_embeds.shape)}")
+        return inputs_embeds
 
     def last_hidden(self, inputs: VLMInputs, inputs_embeds: Tensor) -> Tensor:
         """Last-layer hidden states (B, T, D): the residual stream after the last block, or
         after the final layer norm when ``final_norm``."""
+        self._check_inputs_embeds(inputs_embeds)
         return self.model.hidden(inputs_embeds, final_norm=self.final_norm)
 
     def logits(self, inputs: VLMInputs, inputs_embeds: Tensor) -> Tensor:
         """Logits (B, T, V)."""
+        self._check_inputs_embeds(inputs_embeds)
         return self.model.logits_from_embeds(inputs_embeds)
 
     def generate_from_embeds(
         self, inputs: VLMInputs, inputs_embeds: Tensor, max_new_tokens: int = 2, greedy: bool = True
     ) -> Tensor:
-        """New token ids (B, max_new_tokens)."""
-        return self.model.generate_from_embeds(inputs_embeds, max_new_tokens, greedy=greedy)
+        """New token ids (B, max_new_tokens); ``T + max_new_tokens - 1 <= n_ctx``."""
+        self._check_inputs_embeds(inputs_embeds, finite=True)
+        n_new = int(check_scalar(max_new_tokens, "max_new_tokens", Interval("int", 0, None)))
+        n_ctx = int(self.model.cfg.n_ctx)
+        if inputs_embeds.shape[1] + n_new - 1 > n_ctx:
+            raise ValueError(
+                f"max_new_tokens={n_new} after {inputs_embeds.shape[1]} positions of "
+                f"inputs_embeds exceeds the context n_ctx={n_ctx}"
+            )
+        if n_new == 0:
+            return torch.zeros(inputs_embeds.shape[0], 0, dtype=torch.int64)
+        return self.model.generate_from_embeds(inputs_embeds, n_new, greedy=greedy)
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Words up to ``<eos>``."""
@@ -482,7 +524,14 @@ class CallableVLMAdapter(_AdapterBase):
 
     def prepare(self, pixel_values: Tensor, prompt: Any, answer: Any = None) -> VLMInputs:
         """Calls the ``prepare`` callable."""
-        out = self._prepare(pixel_values, prompt, answer)
+        check_tensor(pixel_values, "pixel_values", floating=False)
+        try:
+            out = self._prepare(pixel_values, prompt, answer)
+        except (TypeError, ValueError) as exc:
+            raise _same_kind(exc)(
+                f"the prepare callable failed on pixel_values of shape "
+                f"{tuple(pixel_values.shape)}, prompt {prompt!r} and answer {answer!r}: {exc}"
+            ) from exc
         if not isinstance(out, VLMInputs):
             raise TypeError(f"prepare must return VLMInputs, got {type(out).__name__}")
         return out
@@ -493,6 +542,7 @@ class CallableVLMAdapter(_AdapterBase):
 
     def splice(self, inputs: VLMInputs, image_embeds: Tensor) -> Tensor:
         """Token embeddings with the placeholder rows replaced (masked scatter)."""
+        check_tensor(image_embeds, "image_embeds", finite=False)
         return _masked_splice(self._embed(inputs.input_ids), inputs.input_ids,
                               inputs.image_token_id, image_embeds)
 
@@ -519,6 +569,30 @@ class CallableVLMAdapter(_AdapterBase):
         if self._decode is not None:
             return self._decode(ids)
         return " ".join(str(int(i)) for i in ids)
+
+
+def _same_kind(exc: Exception) -> type[Exception]:
+    """TypeError or ValueError, whichever ``exc`` is (a plain class: any message fits)."""
+    return TypeError if isinstance(exc, TypeError) else ValueError
+
+
+def _tiny_words(x: Any, name: str) -> str:
+    """A TinyVLM prompt/answer as a str of vocabulary words (from a str or token ids)."""
+    from rml_fast.models.digits_vlm import decode, encode
+
+    if isinstance(x, str):
+        try:
+            encode(x)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from exc
+        return x
+    if not isinstance(x, (Sequence, Tensor)):
+        raise TypeError(f"{name} must be a str of TinyVLM words or a sequence of token ids, got "
+                        f"{type(x).__name__}")
+    try:
+        return decode(x, stop_at_eos=False)
+    except (TypeError, ValueError) as exc:
+        raise _same_kind(exc)(f"{name}: {exc}") from exc
 
 
 def _masked_splice(emb: Tensor, ids: Tensor, image_token_id: int, image_embeds: Tensor) -> Tensor:
@@ -899,6 +973,9 @@ def image_hijack_pgd(
             "image must be a float tensor of shape (C, H, W) or (B, C, H, W), got "
             f"{tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__}"
         )
+    check_tensor(image, "image", nonempty=True)
+    if target_ids is None:
+        raise TypeError("target_ids must be a str or a sequence of token ids, got None")
     eps = float(check_scalar(eps, "eps", Interval("real", 0.0, 1.0)))
     alpha = float(check_scalar(alpha, "alpha", Interval("real", 0.0, None, "neither")))
     steps = int(check_scalar(steps, "steps", Interval("int", 1, None)))
@@ -914,7 +991,17 @@ def image_hijack_pgd(
     if float(x.min()) < 0.0 or float(x.max()) > 1.0:
         raise ValueError("image must have pixel values in [0, 1]")
     where = _parse_patch(patch, tuple(x.shape), generator)
-    base = [adapter.prepare(x, p, target_ids) for p in prompts]  # validates prompts / target once
+    for p in prompts:  # validates the prompts, then the target, once
+        try:
+            adapter.prepare(x, p)
+        except (TypeError, ValueError) as exc:
+            raise _same_kind(exc)(f"prompts: {exc}") from exc
+    try:
+        base = [adapter.prepare(x, p, target_ids) for p in prompts]
+    except (TypeError, ValueError) as exc:
+        raise _same_kind(exc)(f"target_ids: {exc}") from exc
+    if base[0].n_answer < 1:
+        raise ValueError(f"target_ids must hold at least one token, got {target_ids!r}")
     if where is None:
         delta = torch.zeros_like(x)
     else:
@@ -974,6 +1061,8 @@ def attack_success_rate(outputs: Sequence[str], targets: str | Sequence[str], mo
         raise TypeError("outputs must be a list of str")
     if isinstance(targets, str):
         targets = [targets] * len(outputs)
+    if not isinstance(targets, Sequence):
+        raise TypeError(f"targets must be a str or a sequence of str, got {type(targets).__name__}")
     if len(targets) != len(outputs) or not all(isinstance(t, str) for t in targets):
         raise ValueError(f"targets must be a str or {len(outputs)} strs, one per output")
     if not outputs:
