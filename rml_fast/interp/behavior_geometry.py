@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import rankdata
 
-from rml_fast._validation import check_rng
+from rml_fast._validation import check_array, check_rng
 from rml_fast.interp._behavior_geometry_kernels import (
     pair_from_linear,
     pearson_on_pairs,
@@ -291,7 +291,7 @@ class SyntheticAgent:
         n_responses: int = 5,
         rng: Any = None,
     ) -> None:
-        Z = np.asarray(Z, dtype=np.float64)
+        Z = check_array(Z, "Z", dtypes=(np.float64,))
         words = [_norm_word(w) for w in words]
         if Z.ndim != 2 or Z.shape[0] != len(words):
             raise ValueError(f"Z must have shape (len(words) = {len(words)}, r), got {Z.shape}")
@@ -308,10 +308,26 @@ class SyntheticAgent:
 
     def pick(self, cue: str, candidates: Sequence[str], k: int) -> list[str]:
         """The ``k`` candidates with the largest ``beta cos(cue, w) + Gumbel`` scores."""
-        c = self.U[self.index[_norm_word(cue)]]
-        idx = [self.index[_norm_word(w)] for w in candidates]
+        c = self.U[self._word_index(cue, "cue")]
+        if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__iter__"):
+            raise TypeError(
+                f"candidates must be a sequence of words, got {type(candidates).__name__}"
+            )
+        idx = [self._word_index(w, "candidates") for w in candidates]
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (numbers.Integral)):
+            raise TypeError(f"k must be an int, got {type(k).__name__} {k!r}")
+        if k < 0:
+            raise ValueError(f"k must be an int >= 0, got {k!r}")
         scores = self.beta * (self.U[idx] @ c) + self.rng.gumbel(size=len(idx))
         return [candidates[i] for i in np.argsort(-scores)[:k]]
+
+    def _word_index(self, w: Any, name: str) -> int:
+        if not isinstance(w, str):
+            raise TypeError(f"{name} must hold words (str), got {type(w).__name__} {w!r}")
+        i = self.index.get(_norm_word(w))
+        if i is None:
+            raise ValueError(f"{name}: the word {w!r} is not in the agent's vocabulary")
+        return i
 
     def forced_choice(self, cue: str, candidates: Sequence[str], attempt: int = 0) -> list[str]:
         """Forced-choice reply (``attempt`` is ignored: the agent never errs)."""
@@ -319,6 +335,7 @@ class SyntheticAgent:
 
     def free_association(self, cue: str, run: int = 0) -> list[str]:
         """``n_responses`` associates sampled from the softmax over the vocabulary."""
+        self._word_index(cue, "cue")
         others = [w for w in self.words if w != _norm_word(cue)]
         return self.pick(cue, others, self.n_responses)
 
@@ -420,6 +437,10 @@ def ppmi(C: Any, alpha: float = 1.0) -> sp.csr_matrix:
     """
     if not (isinstance(alpha, numbers.Real) and 0 < alpha <= 1):
         raise ValueError(f"alpha must be a real number in (0, 1], got {alpha!r}")
+    if not sp.issparse(C):
+        C = check_array(C, "C", dtypes=(np.float64,), ndim=2, finite=False)
+    elif C.ndim != 2:
+        raise ValueError(f"C must be 2-D, got shape {C.shape}")
     C = sp.csr_matrix(C, dtype=np.float64)
     if C.nnz and (C.data.min() < 0 or not np.all(np.isfinite(C.data))):
         raise ValueError("C must be finite and non-negative")
@@ -460,6 +481,10 @@ def cosine_similarity_rows(A: Any, svd_dim: int | None = None, *, rng: Any = 0) 
            [0.707, 1.   , 0.   ],
            [0.   , 0.   , 0.   ]])
     """
+    if not sp.issparse(A):
+        A = check_array(A, "A", dtypes=(np.float64,), ndim=2)
+    elif not np.all(np.isfinite(sp.csr_matrix(A, dtype=np.float64).data)):
+        raise ValueError("A must be finite, got NaN or infinite values")
     if svd_dim is not None:
         from sklearn.decomposition import TruncatedSVD
 
@@ -509,7 +534,7 @@ def centered_cosine(X: Any, fit_idx: Any = None) -> np.ndarray:
            [-0.385,  1.   , -0.555],
            [-0.555, -0.555,  1.   ]])
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = check_array(X, "X", dtypes=(np.float64,), ndim=2)
     if X.ndim != 2 or X.shape[0] < 2:
         raise ValueError(f"X must have shape (n >= 2, d), got {X.shape}")
     U = _centred_unit_rows(X, None if fit_idx is None else np.asarray(fit_idx))
@@ -574,8 +599,8 @@ def rsa(
     >>> round(rsa(S, S), 12), round(rsa(S, 3 * S - 1), 12)
     (1.0, 1.0)
     """
-    S1 = np.asarray(S1, dtype=np.float64)
-    S2 = np.asarray(S2, dtype=np.float64)
+    S1 = check_array(S1, "S1", dtypes=(np.float64,), ndim=2)
+    S2 = check_array(S2, "S2", dtypes=(np.float64,), ndim=2)
     if S1.ndim != 2 or S1.shape[0] != S1.shape[1] or S1.shape[0] < 3:
         raise ValueError(f"S1 must be a square (n, n) matrix with n >= 3, got {S1.shape}")
     if S2.shape != S1.shape:
@@ -641,10 +666,10 @@ def layerwise_rsa(
     >>> bool(r["layers"][1] > 0.5 > abs(r["layers"][0]))
     True
     """
-    H = np.asarray(hidden, dtype=np.float64)
+    H = check_array(hidden, "hidden", dtypes=(np.float64,), ndim=3)
     if H.ndim != 3:
         raise ValueError(f"hidden must have shape (n, L, d), got {H.shape}")
-    S = np.asarray(S_behav, dtype=np.float64)
+    S = check_array(S_behav, "S_behav", dtypes=(np.float64,), ndim=2)
     n = H.shape[0]
     if S.shape != (n, n):
         raise ValueError(f"S_behav must have shape ({n}, {n}), got {S.shape}")
@@ -657,7 +682,7 @@ def layerwise_rsa(
         U = np.ascontiguousarray(_centred_unit_rows(H[:, layer], None))
         out["layers"][layer] = _corr(rowdot_on_pairs(U, ii, jj), target, method)
     for name, B in (baselines or {}).items():
-        B = np.asarray(B, dtype=np.float64)
+        B = check_array(B, f"baselines[{name!r}]", dtypes=(np.float64,), ndim=2)
         if B.shape != (n, n):
             raise ValueError(f"baselines[{name!r}] must have shape ({n}, {n}), got {B.shape}")
         out[name] = _corr(B[ii, jj], target, method)
@@ -763,7 +788,7 @@ class HeldOutWordsRegression:
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
 
-        H = np.asarray(hidden_target, dtype=np.float64)
+        H = check_array(hidden_target, "hidden_target", dtypes=(np.float64,), ndim=3)
         if H.ndim != 3:
             raise ValueError(f"hidden_target must have shape (n, L, d), got {H.shape}")
         n = H.shape[0]
@@ -773,7 +798,7 @@ class HeldOutWordsRegression:
             raise ValueError(f"features lacks {sorted(missing)} named in feature_sets")
         F = {}
         for name in needed:
-            M = np.asarray(features[name], dtype=np.float64)
+            M = check_array(features[name], f"features[{name!r}]", dtypes=(np.float64,))
             if M.shape != (n, n):
                 raise ValueError(f"features[{name!r}] must have shape ({n}, {n}), got {M.shape}")
             F[name] = M

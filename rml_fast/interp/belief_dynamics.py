@@ -23,6 +23,7 @@ additivity prediction), which is what lets this module fit any number of them.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ from scipy.special import expit, log_expit, logit
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from rml_fast._validation import check_rng
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar, check_tensor
+from rml_fast.interp._checks import naming
 
 __all__ = ["BeliefDynamicsModel", "simulate_curves", "steering_vector"]
 
@@ -254,9 +256,10 @@ class BeliefDynamicsModel(RegressorMixin, BaseEstimator):
         self : BeliefDynamicsModel
         """
         self._check_params()
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
-        if self.loss == "binomial" and (np.any(y < 0) or np.any(y > 1)):
-            raise ValueError('y must lie in [0, 1] for loss="binomial" (fractions of trials)')
+        with naming("X", "y"):
+            X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+            if self.loss == "binomial" and (np.any(y < 0) or np.any(y > 1)):
+                raise ValueError('y must lie in [0, 1] for loss="binomial" (fractions of trials)')
         w = self._weights(sample_weight, X.shape[0])
         k = X.shape[1] - 1
         rng = check_rng(self.random_state, "random_state")
@@ -395,9 +398,10 @@ class BeliefDynamicsModel(RegressorMixin, BaseEstimator):
         True
         """
         check_is_fitted(self)
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=False)
-        if self.loss == "binomial" and (np.any(y < 0) or np.any(y > 1)):
-            raise ValueError('y must lie in [0, 1] for loss="binomial" (fractions of trials)')
+        with naming("X", "y"):
+            X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=False)
+            if self.loss == "binomial" and (np.any(y < 0) or np.any(y > 1)):
+                raise ValueError('y must lie in [0, 1] for loss="binomial" (fractions of trials)')
         w = self._weights(sample_weight, X.shape[0])
         if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 1:
             raise ValueError(f"n_boot must be an int >= 1, got {n_boot!r}")
@@ -413,7 +417,8 @@ class BeliefDynamicsModel(RegressorMixin, BaseEstimator):
 
     def _check_X(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        return validate_data(self, X, dtype=np.float64, reset=False)
+        with naming("X"):
+            return validate_data(self, X, dtype=np.float64, reset=False)
 
     def log_odds(self, X: Any) -> np.ndarray:
         """Belief log-odds ``b + a . m + gamma N**(1-alpha)`` per row of ``X``, shape (n,)."""
@@ -649,10 +654,16 @@ def simulate_curves(
     >>> bool(y[0] < 0.1 < 0.9 < y[1])
     True
     """
-    X = np.asarray(X, dtype=float)
+    X = check_array(X, "X", dtypes=(np.float64,), finite=False)
     if X.ndim != 2 or X.shape[1] < 1 or not np.all(np.isfinite(X)):
         raise ValueError("X must be a finite array of shape (n, 1 + k), N in column 0")
-    a = np.asarray(a, dtype=float).reshape(-1)
+    a = check_array(a, "a", dtypes=(np.float64,), ndim=(0, 1)).reshape(-1)
+    real = Interval("real", None, None)
+    b = float(check_scalar(b, "b", real))
+    gamma = float(check_scalar(gamma, "gamma", real))
+    alpha = float(check_scalar(alpha, "alpha", real))
+    q_c = float(check_scalar(q_c, "q_c", real))
+    q_cbar = float(check_scalar(q_cbar, "q_cbar", real))
     if a.size != X.shape[1] - 1:
         raise ValueError(
             f"a must have one gain per steering column ({X.shape[1] - 1}), got {a.size}"
@@ -690,7 +701,20 @@ def steering_vector(acts_pos: Any, acts_neg: Any) -> Any:
     >>> steering_vector(np.array([[1.0, 2.0], [3.0, 2.0]]), np.array([[0.0, 1.0]]))
     array([2., 1.])
     """
+    torch_mod = sys.modules.get("torch")  # an input can only be a tensor if torch is loaded
+    torch_in = [
+        torch_mod is not None and isinstance(A, torch_mod.Tensor) for A in (acts_pos, acts_neg)
+    ]
+    if torch_in[0] != torch_in[1]:
+        raise TypeError(
+            "acts_pos and acts_neg must both be torch tensors or both NumPy arrays, got "
+            f"acts_pos {type(acts_pos).__name__} and acts_neg {type(acts_neg).__name__}"
+        )
     for name, A in (("acts_pos", acts_pos), ("acts_neg", acts_neg)):
+        if torch_in[0]:
+            check_tensor(A, name, finite=False)
+        else:
+            check_array(A, name, dtypes=None, finite=False)
         if getattr(A, "ndim", None) != 2 or A.shape[0] < 1:
             raise ValueError(
                 f"{name} must be a 2-D array (n, d) with n >= 1, got shape {getattr(A, 'shape', None)}"

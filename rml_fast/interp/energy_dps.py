@@ -33,6 +33,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rml_fast._validation import check_tensor
+from rml_fast.interp._checks import int_arg, real_arg, real_tensor
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -58,13 +61,22 @@ def center_mask(h: int, w: int, frac: float) -> Tensor:
     >>> center_mask(4, 6, 0.5).int().tolist()
     [[0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]]
     """
-    if not (isinstance(frac, numbers.Real) and 0 < frac <= 1):
-        raise ValueError(f"center_frac must be in (0, 1], got {frac!r}")
+    h = int_arg(h, "h", 1)
+    w = int_arg(w, "w", 1)
+    frac = _check_frac(frac, "frac")
     mh, mw = max(1, round(h * frac)), max(1, round(w * frac))
     top, left = (h - mh) // 2, (w - mw) // 2
     m = torch.zeros(h, w, dtype=torch.bool)
     m[top : top + mh, left : left + mw] = True
     return m
+
+
+def _check_frac(frac: Any, name: str) -> float:
+    if isinstance(frac, bool) or not isinstance(frac, numbers.Real):
+        raise TypeError(f"{name} must be a real number in (0, 1], got {type(frac).__name__}")
+    if not 0 < frac <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {frac!r}")
+    return float(frac)
 
 
 def reduce_map(
@@ -87,10 +99,14 @@ def reduce_map(
     >>> reduce_map(A, "max").item(), reduce_map(A, "mean").item(), round(reduce_map(A).item(), 3)
     (2.0, 0.75, 1.625)
     """
-    if reduce not in _REDUCE:
+    if not isinstance(reduce, str) or reduce not in _REDUCE:
         raise ValueError(f"reduce must be one of {_REDUCE}, got {reduce!r}")
-    if A.dim() != 3:
-        raise ValueError(f"A must have shape (B, h, w), got {tuple(A.shape)}")
+    check_tensor(A, "A", finite=False)
+    if A.dim() != 3 or A.shape[1] < 1 or A.shape[2] < 1:
+        raise ValueError(f"A must have shape (B, h, w) with h, w >= 1, got {tuple(A.shape)}")
+    _check_frac(center_frac, "center_frac")
+    real_arg(mix_alpha, "mix_alpha")
+    real_arg(lse_temperature, "lse_temperature")
     mask = center_mask(A.shape[1], A.shape[2], center_frac).to(A.device)
     vals = A[:, mask]  # (B, n_center)
     if reduce == "max":
@@ -171,7 +187,7 @@ class UnitActivation(nn.Module):
             raise ValueError(f"unit must be an int >= 0, got {unit!r}")
         if reduce not in _REDUCE:
             raise ValueError(f"reduce must be one of {_REDUCE}, got {reduce!r}")
-        center_mask(2, 2, center_frac)  # validates center_frac
+        _check_frac(center_frac, "center_frac")
         if isinstance(hook, str) and hook:
             try:
                 model.get_submodule(hook)
@@ -209,6 +225,7 @@ class UnitActivation(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Activation per image, shape (B,); ``x``: (B, C, H, W) in [-1, 1]."""
+        check_tensor(x, "x", finite=False)
         if x.dim() != 4:
             raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
         z = (x + 1.0) / 2.0
@@ -296,12 +313,15 @@ class GaussianPriorEps(nn.Module):
 
     def __init__(self, mu: Tensor, Sigma: Tensor, betas: Tensor) -> None:
         super().__init__()
-        mu = torch.as_tensor(mu, dtype=torch.float64)
-        Sigma = torch.as_tensor(Sigma, dtype=torch.float64)
+        mu = real_tensor(mu, "mu", nonempty=True)
+        Sigma = real_tensor(Sigma, "Sigma")
         d = mu.numel()
         if Sigma.shape != (d, d):
             raise ValueError(f"Sigma must have shape ({d}, {d}), got {tuple(Sigma.shape)}")
-        ab = torch.cumprod(1.0 - torch.as_tensor(betas, dtype=torch.float64), 0)
+        betas = real_tensor(betas, "betas", ndim=1, nonempty=True)
+        if not bool(((betas > 0) & (betas < 1)).all()):
+            raise ValueError("betas must hold values in (0, 1)")
+        ab = torch.cumprod(1.0 - betas, 0)
         self.register_buffer("mu", mu)
         self.register_buffer("ab", ab)
         eye = torch.eye(d, dtype=torch.float64)
@@ -311,6 +331,19 @@ class GaussianPriorEps(nn.Module):
 
     def forward(self, x_t: Tensor, t: Tensor) -> Tensor:
         """Exact epsilon, the shape of ``x_t``."""
+        check_tensor(x_t, "x_t", ndim=(2, 4), nonempty=True, finite=False)
+        d = self.mu.numel()
+        if x_t[0].numel() != d:
+            raise ValueError(f"x_t must be (B, {d}) or (B, 1, 1, {d}), got {tuple(x_t.shape)}")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"t must be a LongTensor of steps, got {type(t).__name__}")
+        if t.device.type == "meta" or t.is_floating_point() or t.is_complex():
+            raise TypeError(f"t must be an integer tensor of steps with values, got {t.dtype}")
+        if t.shape != (x_t.shape[0],):
+            raise ValueError(f"t must have shape ({x_t.shape[0]},), got {tuple(t.shape)}")
+        n_t = self.ab.numel()
+        if bool(((t < 0) | (t >= n_t)).any()):
+            raise ValueError(f"t must hold steps in [0, {n_t})")
         shape = x_t.shape
         x = x_t.reshape(shape[0], -1).to(torch.float64)
         ab = self.ab[t][:, None]
@@ -392,7 +425,7 @@ class EnergyDPS:
     ) -> None:
         if not callable(eps_model) or not callable(energy) or not callable(activation):
             raise TypeError("eps_model, energy and activation must be callables")
-        betas = torch.as_tensor(betas, dtype=torch.float64).reshape(-1)
+        betas = real_tensor(betas, "betas", finite=False).reshape(-1)
         if betas.numel() < 2 or not torch.all((betas > 0) & (betas < 1)):
             raise ValueError("betas must be a 1-D schedule of at least 2 values in (0, 1)")
         if sampler not in ("ddim", "ddpm"):
@@ -431,6 +464,44 @@ class EnergyDPS:
         return 1.0 if t < 0 else float(self.alpha_bars[t])
 
     def step(self, x_t: Tensor, x0: Tensor, t: int, t_prev: int, noise: Tensor | None) -> Tensor:
+        """The unconditional step ``x_t -> x'_{t_prev}`` given the (clipped) Tweedie ``x0``.
+
+        Parameters
+        ----------
+        x_t, x0 : Tensor
+            The current sample and its Tweedie estimate, of one shape.
+        t : int
+            The current step, in ``[0, T)``.
+        t_prev : int
+            The next step, in ``[-1, t)`` (``-1``: the final, noise-free step).
+        noise : Tensor or None
+            Standard normal noise of the shape of ``x_t``.
+
+        Returns
+        -------
+        Tensor
+            ``x'_{t_prev}``, the shape of ``x_t``. See :meth:`_step` for the formulas.
+        """
+        check_tensor(x_t, "x_t", finite=False)
+        check_tensor(x0, "x0", finite=False)
+        if x0.shape != x_t.shape:
+            raise ValueError(
+                f"x0 must have the shape of x_t {tuple(x_t.shape)}, got {tuple(x0.shape)}"
+            )
+        if noise is not None:
+            check_tensor(noise, "noise", finite=False)
+            if noise.shape != x_t.shape:
+                raise ValueError(
+                    f"noise must have the shape of x_t {tuple(x_t.shape)}, got {tuple(noise.shape)}"
+                )
+        T = self.betas.numel()
+        t = int_arg(t, "t", 0, T - 1)
+        t_prev = int_arg(t_prev, "t_prev", -1, T - 1)
+        if t_prev >= t:
+            raise ValueError(f"t_prev must be in [-1, t) with t = {t}, got {t_prev}")
+        return self._step(x_t, x0, t, t_prev, noise)
+
+    def _step(self, x_t: Tensor, x0: Tensor, t: int, t_prev: int, noise: Tensor | None) -> Tensor:
         """The unconditional step ``x_t -> x'_{t_prev}`` given the (clipped) Tweedie ``x0``.
 
         DDIM: ``sqrt(ab_prev) x0 + sqrt(1 - ab_prev - s^2) eps_tilde + s z`` with
@@ -505,7 +576,7 @@ class EnergyDPS:
                 if self.guidance_scale != 0.0:
                     (grad,) = torch.autograd.grad(E.sum(), x_in, allow_unused=True)
             noise = torch.randn(x.shape, generator=gen, dtype=dtype) if t_prev >= 0 else None
-            x_next = self.step(x_in.detach(), x0.detach(), t, t_prev, noise)
+            x_next = self._step(x_in.detach(), x0.detach(), t, t_prev, noise)
             if grad is not None:
                 x_next = x_next - self._zeta(t, t_prev) * grad
             x = x_next.detach()

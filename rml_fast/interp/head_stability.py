@@ -43,7 +43,8 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from rml_fast._validation import Interval, check_rng, check_scalar
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar, check_tensor
+from rml_fast.interp._checks import not_meta
 from rml_fast.interp._head_stability_measures import (
     MEASURES,
     VECTOR_MEASURES,
@@ -102,6 +103,7 @@ def _run_cache(
 def _check_prompts(prompts: Any, model: Any, name: str = "prompts") -> torch.Tensor:
     if not isinstance(prompts, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(prompts).__name__}")
+    not_meta(prompts, name)
     if prompts.dtype not in (torch.int64, torch.int32) or prompts.ndim != 2:
         raise ValueError(
             f"{name} must be an integer tensor of shape (n_prompts, n_pos), got dtype "
@@ -274,7 +276,9 @@ def _check_signatures(
     what = "(L, H, M) attention signatures" if want == 3 else "(L, H, N, d) head representations"
     for i, s in enumerate(sigs):
         if not isinstance(s, torch.Tensor) or not s.is_floating_point():
-            raise TypeError(f"{name}[{i}] must be a float torch.Tensor, got {type(s).__name__}")
+            what_got = f"dtype {s.dtype}" if isinstance(s, torch.Tensor) else type(s).__name__
+            raise TypeError(f"{name}[{i}] must be a float torch.Tensor, got {what_got}")
+        not_meta(s, f"{name}[{i}]")
         if s.ndim != want:
             raise ValueError(
                 f"{name}[{i}] must be {what} for measure={measure!r}, got shape {tuple(s.shape)}"
@@ -388,6 +392,14 @@ def head_similarity(
     >>> head_similarity(uniform, uniform).flatten().round(decimals=9).tolist()  # uniform: cos 1
     [1.0, 1.0, 1.0, 1.0]
     """
+    measure = _check_measure(measure)
+    _check_signatures([sig_a], measure, name="sig_a")
+    _check_signatures([sig_b], measure, name="sig_b")
+    if sig_a.shape != sig_b.shape:
+        raise ValueError(
+            f"sig_a and sig_b must have the same shape (one architecture, the same prompts), "
+            f"got sig_a {tuple(sig_a.shape)} and sig_b {tuple(sig_b.shape)}"
+        )
     return pairwise_similarity([sig_a, sig_b], measure=measure, keep=keep, chunk=chunk)[0, 1]
 
 
@@ -417,7 +429,15 @@ def match_heads(sim: Any) -> torch.Tensor:
     >>> match_heads(torch.tensor([[0.1, 0.9], [0.8, 0.7]])).tolist()
     [1, 0]
     """
-    m = np.asarray(sim.detach().cpu() if isinstance(sim, torch.Tensor) else sim, dtype=np.float64)
+    not_meta(sim, "sim")
+    if isinstance(sim, torch.Tensor) and (sim.is_complex() or sim.dtype == torch.bool):
+        raise TypeError(f"sim must hold real similarities, got dtype {sim.dtype}")
+    m = check_array(
+        sim.detach().cpu().numpy() if isinstance(sim, torch.Tensor) else sim,
+        "sim",
+        dtypes=(np.float64,),
+        finite=False,
+    )
     if m.ndim != 2 or m.shape[0] > m.shape[1] or m.size == 0:
         raise ValueError(
             f"sim must be a non-empty (H1, H2) matrix with H1 <= H2, got shape {m.shape}"
@@ -438,7 +458,7 @@ def _check_sims(sims: Any) -> torch.Tensor:
         )
     if sims.shape[3] != sims.shape[4]:
         raise ValueError(f"sims must have square (H, H) head blocks, got {tuple(sims.shape)}")
-    return sims
+    return check_tensor(sims, "sims", ndim=5)
 
 
 def stability_from_similarity(sims: torch.Tensor, *, matching: str = "max") -> torch.Tensor:
@@ -554,6 +574,7 @@ def layer_stability(stab: torch.Tensor) -> torch.Tensor:
     if not isinstance(stab, torch.Tensor) or stab.ndim != 3:
         shape = tuple(stab.shape) if isinstance(stab, torch.Tensor) else type(stab).__name__
         raise ValueError(f"stab must be an (S, L, H) tensor, got {shape}")
+    check_tensor(stab, "stab", ndim=3, finite=False)
     return stab.mean((0, 2))
 
 
@@ -669,6 +690,7 @@ def _as_matrix(x: Any, name: str) -> torch.Tensor:
         raise TypeError(
             f"{name} must be a real torch.Tensor or NumPy array, got {type(x).__name__}"
         )
+    not_meta(x, name)
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(f"{name} must have shape (n, d) with n >= 2, got {tuple(x.shape)}")
     if not torch.isfinite(x.double()).all():
@@ -942,6 +964,9 @@ def stability_importance_correlation(stab: torch.Tensor, importance: torch.Tenso
         if not isinstance(t, torch.Tensor) or t.ndim != 3:
             shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} must be an (S, L, H) tensor, got {shape}")
+        not_meta(t, name)
+        if t.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {t.dtype}")
     if stab.shape != importance.shape:
         raise ValueError(
             f"stab and importance must have the same shape, got {tuple(stab.shape)} and "
@@ -1063,6 +1088,8 @@ class StabilityStudy:
                 f"cfg (d_vocab={cfg.d_vocab}, n_ctx={cfg.n_ctx}) cannot hold the task "
                 f"(d_vocab={task.d_vocab}, seq_len={task.seq_len})"
             )
+        if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+            raise TypeError(f"seeds must be an iterable of int seeds, got {type(seeds).__name__}")
         seeds = [int(check_scalar(s, "seeds", Interval("int", 0, None))) for s in seeds]
         if len(set(seeds)) < 2 or len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds must hold at least 2 distinct seeds, got {seeds}")

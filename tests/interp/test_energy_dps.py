@@ -211,7 +211,7 @@ def test_bad_input_is_named():
         make_energy("capped_clip")
     with pytest.raises(ValueError, match="kind must be one of"):
         make_energy("huber", cap=1.0)
-    with pytest.raises(ValueError, match="center_frac"):
+    with pytest.raises(ValueError, match=r"\bfrac must be in"):
         center_mask(4, 4, 0.0)
     with pytest.raises(ValueError, match="Sigma must have shape"):
         GaussianPriorEps(torch.zeros(2), torch.eye(3), betas)

@@ -1,0 +1,134 @@
+"""Private input checks shared by the interp modules (public-boundary validation, issue 25).
+
+Thin wrappers over :mod:`rml_fast._validation` for the argument kinds the interp entry points
+take: torch tensors of values or of token ids, and errors raised by a peer (scikit-learn's
+``validate_data``) re-worded so that they name the user's argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from rml_fast._validation import check_tensor
+
+
+def not_meta(t: Any, name: str) -> Any:
+    """Refuse a tensor on the ``meta`` device (shape only, no values); return ``t``."""
+    if isinstance(t, torch.Tensor) and t.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+    return t
+
+
+def float_tensor(
+    t: Any,
+    name: str,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    finite: bool = True,
+    nonempty: bool = False,
+) -> torch.Tensor:
+    """A real floating-point tensor with values (``check_tensor`` with interp's defaults)."""
+    return check_tensor(t, name, ndim=ndim, floating=True, finite=finite, nonempty=nonempty)
+
+
+def id_tensor(
+    t: Any, name: str, *, ndim: int | tuple[int, ...] | None = None, nonempty: bool = True
+) -> torch.Tensor:
+    """An integer tensor of token ids (non-negative), with values and no elements missing."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(t).__name__}")
+    not_meta(t, name)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {t.dtype}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.ndim not in allowed:
+            raise ValueError(f"{name} must have ndim in {allowed}, got shape {tuple(t.shape)}")
+    if nonempty and t.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    if t.numel() and bool((t < 0).any()):
+        raise ValueError(f"{name} must hold non-negative token ids")
+    return t
+
+
+def int_arg(v: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    """A Python int (not bool, not float) in ``[low, high]``."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    v = int(v)
+    if (low is not None and v < low) or (high is not None and v > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}], got {v}")
+    return v
+
+
+def real_arg(v: Any, name: str) -> float:
+    """A finite real number (not bool)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
+    if not math.isfinite(float(v)):
+        raise ValueError(f"{name} must be finite, got {v!r}")
+    return float(v)
+
+
+def _names(msg: str, name: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", msg) is not None
+
+
+@contextlib.contextmanager
+def naming(*names: str) -> Iterator[None]:
+    """Re-raise a ValueError / TypeError (e.g. from sklearn's ``validate_data``) that names
+    none of ``names`` with ``"<names>: "`` prepended (same base type, original chained), so
+    that the message names the user's argument(s) it concerns."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        if any(_names(msg, n) for n in names):
+            raise
+        new_type = ValueError if isinstance(exc, ValueError) else TypeError
+        raise new_type(f"{' / '.join(names)}: {msg}") from exc
+
+
+def real_tensor(
+    x: Any,
+    name: str,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    nonempty: bool = False,
+    finite: bool = True,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """A real array-like or tensor as a ``dtype`` tensor (a tensor is converted, never changed).
+
+    Accepts a torch tensor (with values: not on the ``meta`` device; real: not complex) or a
+    NumPy array-like of real numbers; checks ``ndim``, emptiness and finiteness.
+    """
+    if isinstance(x, torch.Tensor):
+        not_meta(x, name)
+        if x.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+        t = x.detach().to(dtype)
+    else:
+        import numpy as np
+
+        from rml_fast._validation import check_array
+
+        t = torch.as_tensor(check_array(x, name, dtypes=(np.float64,), finite=False)).to(dtype)
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if t.ndim not in allowed:
+            raise ValueError(f"{name} must have ndim in {allowed}, got shape {tuple(t.shape)}")
+    if nonempty and t.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    if finite and t.numel() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite, got NaN or infinite values")
+    return t
