@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.interp.circuit_eval import _check_tokens, source_names, stack_sources
 from rml_fast.interp.edge_graph import EdgeGraph
 
@@ -192,5 +192,11 @@ def metric_rows(
     metric: Callable[[torch.Tensor], torch.Tensor], logits: torch.Tensor, steps: int
 ) -> torch.Tensor:
     """Apply a per-row metric to logits whose batch is ``steps`` stacked copies of a batch."""
+    steps = int(check_scalar(steps, "steps", Interval("int", 1, None)))
+    check_tensor(logits, "logits", nonempty=True)
+    if logits.ndim < 1 or logits.shape[0] % steps:
+        raise ValueError(
+            f"logits must have a batch that is a multiple of steps={steps}, got {tuple(logits.shape)}"
+        )
     b = logits.shape[0] // steps
     return torch.cat([torch.as_tensor(metric(logits[k * b : (k + 1) * b])) for k in range(steps)])

@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 
 from rml_fast._validation import Interval, check_scalar
+from rml_fast.interp._checks import not_meta
 from rml_fast.interp.circuit_metrics import LogitDiff, _resolve_pos
 from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.kernels.circuits import SPARSE_DENSITY, masked_mix
@@ -61,6 +62,7 @@ def stack_sources(model: Any, cache: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def source_activations(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits, sources [B, n_fwd, P, D])`` of a plain run on ``tokens``."""
+    tokens = _check_tokens(model, tokens, "tokens", False)
     logits, cache = model.run_with_cache(tokens, names=source_names(model))
     return logits, stack_sources(model, cache)
 
@@ -68,8 +70,11 @@ def source_activations(model: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, 
 def _check_tokens(model: Any, x: Any, name: str, batch_one: bool) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(x).__name__}")
+    not_meta(x, name)
     if x.ndim != 2 or x.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"{name} must be an integer tensor of shape (B, P), got {tuple(x.shape)}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must hold at least one prompt of one token, got {tuple(x.shape)}")
     if batch_one and x.shape[0] != 1:
         raise ValueError(f"{name} must have batch size 1 (one query), got {x.shape[0]}")
     if x.numel() and (int(x.min()) < 0 or int(x.max()) >= model.cfg.d_vocab):
@@ -446,7 +451,7 @@ def _batched_forward(
         sel = resid @ model.unembed[:, ids] + model.b_U[ids]  # [n, len(ids)]
         rows = torch.full((n, cfg.d_vocab), float("nan"), dtype=sel.dtype, device=sel.device)
         rows[:, ids] = sel
-        return metric.from_rows(rows)
+        return metric._from_rows(rows)
     resid = mix(n_fwd, jl, jl + 1, abl_cum[-1] + bias, None)[0].view(n, n_pos, d)
     if model.ln_final is not None:
         resid = layer_norm(resid, model.ln_final.w, model.ln_final.b)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rml_fast._validation import Interval, check_array, check_scalar
+from rml_fast._validation import Interval, check_array, check_scalar, check_tensor
 
 __all__ = [
     "LogitDiff",
@@ -20,8 +20,15 @@ __all__ = [
 ]
 
 
-def _ids(x: Any, name: str, batch: int, ndim: int) -> torch.Tensor:
-    t = torch.as_tensor(x)
+def _ids(x: Any, name: str, batch: int, ndim: int, n_vocab: int | None = None) -> torch.Tensor:
+    if isinstance(x, torch.Tensor) and x.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be an int or integer token ids, got {type(x).__name__}")
+    try:
+        t = torch.as_tensor(x)
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{name} must be an int or integer token ids: {exc}") from exc
     if t.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
         raise TypeError(f"{name} must hold integer token ids, got {t.dtype}")
     t = t.long()
@@ -31,6 +38,10 @@ def _ids(x: Any, name: str, batch: int, ndim: int) -> torch.Tensor:
         raise ValueError(
             f"{name} must have {ndim - 1} or {ndim} axes (batch {batch}), got {tuple(t.shape)}"
         )
+    if ndim == 2 and t.shape[1] < 1:
+        raise ValueError(f"{name} must hold at least one token id per row, got {tuple(t.shape)}")
+    if n_vocab is not None and t.numel() and bool(((t < 0) | (t >= n_vocab)).any()):
+        raise ValueError(f"{name} must hold token ids in [0, {n_vocab})")
     return t
 
 
@@ -90,11 +101,14 @@ def logit_diff(logits: torch.Tensor, pos: Any, pos_ids: Any, neg_ids: Any) -> to
     """
     if not isinstance(logits, torch.Tensor) or logits.ndim != 3:
         raise ValueError("logits must be a tensor of shape (B, P, V)")
-    b, p, _ = logits.shape
+    check_tensor(logits, "logits", ndim=3, nonempty=True)
+    b, p, v = logits.shape
     pos_t = _positions(pos, b, p)
+    pos_ids_t = _ids(pos_ids, "pos_ids", b, 1, v)
+    neg_ids_t = _ids(neg_ids, "neg_ids", b, 2, v)
     pos_t = pos_t.to(logits.device)
     rows = logits[torch.arange(b, device=logits.device), pos_t]  # [B, V]
-    return _diff(rows, _ids(pos_ids, "pos_ids", b, 1), _ids(neg_ids, "neg_ids", b, 2))
+    return _diff(rows, pos_ids_t, neg_ids_t)
 
 
 def _diff(rows: torch.Tensor, pos_ids: torch.Tensor, neg_ids: torch.Tensor) -> torch.Tensor:
@@ -139,8 +153,14 @@ class LogitDiff:
 
     def from_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """``L`` from the answer-position logits ``rows`` of shape (B, V)."""
+        check_tensor(rows, "rows", ndim=2, nonempty=True)
+        return self._from_rows(rows, check_vocab=True)
+
+    def _from_rows(self, rows: torch.Tensor, check_vocab: bool = False) -> torch.Tensor:
+        # internal: rows may be NaN outside the metric's token ids (circuit_eval fills only those)
         b = rows.shape[0]
-        return _diff(rows, _ids(self.answer, "answer", b, 1), _ids(self.wrong, "wrong", b, 2))
+        v = rows.shape[1] if check_vocab else None
+        return _diff(rows, _ids(self.answer, "answer", b, 1, v), _ids(self.wrong, "wrong", b, 2, v))
 
     def token_ids(self) -> torch.Tensor:
         """The distinct token ids the metric reads (to compute only those logits)."""

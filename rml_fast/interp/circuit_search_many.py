@@ -12,8 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from rml_fast.interp._checks import naming
+from rml_fast.interp.edge_graph import EdgeGraph
 from rml_fast.interp.query_circuits import QueryCircuitSearch
-from rml_fast.parallel import _check_backend, parallel_map
+from rml_fast.parallel import _check_backend, item_seeds, parallel_map
 
 __all__ = ["query_circuits_many"]
 
@@ -96,7 +100,11 @@ def query_circuits_many(
     if "n_edges" not in params:
         raise TypeError("query_circuits_many needs n_edges (a QueryCircuitSearch parameter)")
     params = {**params, "progress": False}
-    QueryCircuitSearch(**params)  # unknown parameters raise TypeError here, before any search
+    # unknown parameters raise TypeError here, bad values ValueError/TypeError, before any search
+    QueryCircuitSearch(**params)._validate(EdgeGraph.from_model(model))
+    if not isinstance(random_state, np.random.Generator):
+        with naming("random_state"):
+            item_seeds(random_state, 0)  # checks the seed (a Generator is not drawn from here)
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of (clean, corrupt[, metric[, views]])")
     items = []

@@ -20,12 +20,15 @@ The edge count is
 from __future__ import annotations
 
 import heapq
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from rml_fast._validation import Interval, check_scalar
+from rml_fast.interp._checks import int_arg, not_meta
 
 __all__ = [
     "EdgeGraph",
@@ -58,10 +61,16 @@ class EdgeGraph:
     def __post_init__(self) -> None:
         check_scalar(self.n_layers, "n_layers", Interval("int", 1, None))
         check_scalar(self.n_heads, "n_heads", Interval("int", 1, None))
+        if isinstance(self.has_mlp, (bool, np.bool_)) or (
+            isinstance(self.has_mlp, numbers.Integral) and int(self.has_mlp) in (0, 1)
+        ):
+            object.__setattr__(self, "has_mlp", bool(self.has_mlp))
+        else:
+            raise TypeError(f"has_mlp must be a bool, got {type(self.has_mlp).__name__} {self.has_mlp!r}")
         L, H, m = self.n_layers, self.n_heads, int(self.has_mlp)
         limit, owner = [], []
         for layer in range(L):
-            start = self.head_index(layer, 0)
+            start = self._fwd_index(layer, 0)
             for _ in range(3):
                 for h in range(H):
                     limit.append(start)
@@ -109,18 +118,30 @@ class EdgeGraph:
         """Number of real edges (each source feeds every later destination), ``E(L, H)``."""
         return int(self.src_limit.sum())
 
+    def _layer(self, layer: Any) -> int:
+        return int_arg(layer, "layer", 0, self.n_layers - 1)
+
+    def _head(self, head: Any) -> int:
+        return int_arg(head, "head", 0, self.n_heads - 1)
+
+    def _fwd_index(self, layer: int, head: int) -> int:
+        return 1 + layer * (self.n_heads + int(self.has_mlp)) + head
+
     def head_index(self, layer: int, head: int) -> int:
         """Forward index of head ``a{layer}.h{head}``."""
-        return 1 + layer * (self.n_heads + int(self.has_mlp)) + head
+        return self._fwd_index(self._layer(layer), self._head(head))
 
     def mlp_index(self, layer: int) -> int:
         """Forward index of MLP ``m{layer}``."""
         if not self.has_mlp:
             raise ValueError("this graph has no MLP nodes")
-        return self.head_index(layer, self.n_heads)
+        return self._fwd_index(self._layer(layer), self.n_heads)
 
     def qkv_index(self, layer: int, head: int, which: str) -> int:
         """Backward index of the ``which`` in {"q", "k", "v"} input of head ``a{layer}.h{head}``."""
+        layer, head = self._layer(layer), self._head(head)
+        if not isinstance(which, str) or which not in ("q", "k", "v"):
+            raise ValueError(f"which must be 'q', 'k' or 'v', got {which!r}")
         base = layer * (3 * self.n_heads + int(self.has_mlp))
         return base + "qkv".index(which) * self.n_heads + head
 
@@ -128,7 +149,7 @@ class EdgeGraph:
         """Backward index of the input of MLP ``m{layer}``."""
         if not self.has_mlp:
             raise ValueError("this graph has no MLP nodes")
-        return layer * (3 * self.n_heads + 1) + 3 * self.n_heads
+        return self._layer(layer) * (3 * self.n_heads + 1) + 3 * self.n_heads
 
     @property
     def logits_index(self) -> int:
@@ -176,6 +197,7 @@ class EdgeGraph:
     def _check_mask(self, mask: Any, name: str, batched: bool = True) -> torch.Tensor:
         if not isinstance(mask, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+        not_meta(mask, name)
         shape = (self.n_fwd, self.n_bwd)
         if mask.ndim < 2 or tuple(mask.shape[-2:]) != shape or (not batched and mask.ndim != 2):
             want = "(..., n_fwd, n_bwd)" if batched else "(n_fwd, n_bwd)"
@@ -187,6 +209,7 @@ class EdgeGraph:
     def _check_scores(self, scores: Any) -> torch.Tensor:
         if not isinstance(scores, torch.Tensor):
             raise TypeError(f"scores must be a torch.Tensor, got {type(scores).__name__}")
+        not_meta(scores, "scores")
         if scores.ndim < 2 or tuple(scores.shape[-2:]) != (self.n_fwd, self.n_bwd):
             raise ValueError(
                 f"scores must have shape (..., {self.n_fwd}, {self.n_bwd}), got {tuple(scores.shape)}"

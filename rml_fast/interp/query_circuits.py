@@ -38,7 +38,7 @@ import torch
 
 from rml_fast._validation import Interval, check_rng, check_scalar
 from rml_fast.interp.attribution import eap_ig_scores
-from rml_fast.interp.circuit_eval import evaluate_masks
+from rml_fast.interp.circuit_eval import _check_tokens, evaluate_masks
 from rml_fast.interp.circuit_metrics import (
     LogitDiff,
     _resolve_pos,
@@ -100,6 +100,8 @@ def sample_edge_masks(
     masks : BoolTensor of shape (n_samples, n_fwd, n_bwd)
     """
     scores = graph._check_scores(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"scores must have shape (n_fwd, n_bwd), got {tuple(scores.shape)}")
     n = graph._check_n(n)
     n_samples = int(check_scalar(n_samples, "n_samples", Interval("int", 1, None)))
     gen = check_rng(rng)
@@ -243,9 +245,15 @@ class QueryCircuitSearch:
             raise ValueError(f"construct must be one of {_CONSTRUCT}, got {self.construct!r}")
         check_scalar(self.n_samples, "n_samples", Interval("int", 1, None))
         check_scalar(self.noise_std, "noise_std", Interval("real", 0, None))
-        sizes = (
-            [self.n_edges] if isinstance(self.n_edges, (int, np.integer)) else list(self.n_edges)
-        )
+        if isinstance(self.n_edges, (int, np.integer)):
+            sizes = [self.n_edges]
+        elif isinstance(self.n_edges, (list, tuple, np.ndarray, range)):
+            sizes = list(self.n_edges)
+        else:
+            raise TypeError(
+                f"n_edges must be an int or a non-empty sequence of ints, got "
+                f"{type(self.n_edges).__name__} {self.n_edges!r}"
+            )
         if not sizes:
             raise ValueError("n_edges must be an int or a non-empty sequence of ints")
         for s in sizes:
@@ -364,6 +372,8 @@ class QueryCircuitSearch:
         """
         graph = EdgeGraph.from_model(model)
         sizes = self._validate(graph)
+        clean = _check_tokens(model, clean, "clean", True)
+        _check_tokens(model, corrupt, "corrupt", False)
         if checkpoint is not None and self.random_state is None:
             raise ValueError("checkpoint needs a reproducible random_state (an int seed), "
                              "got random_state=None")
