@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rml_fast._checkpoint import load_checkpoint, save_checkpoint
 from rml_fast._validation import Interval, check_scalar
 
 __all__ = ["TinyAutoencoder", "image_patches"]
@@ -111,16 +112,12 @@ def image_patches(
     return torch.from_numpy(out).to(dtype)
 
 
-def _save(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
 def check_images(x: Any, name: str = "x", channels: int | None = None, multiple: int = 1) -> Tensor:
     """Validate a batch of images (B, c, H, W) with values in [0, 1]; returns it as a tensor."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, C, H, W), got {type(x).__name__}")
+    if x.device.type == "meta":
+        raise ValueError(f"{name} must hold data (a CPU tensor), got a tensor on the meta device")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor in [0, 1], got dtype {x.dtype}")
     if x.ndim != 4:
@@ -327,10 +324,9 @@ class TinyAutoencoder(nn.Module):
         losses: list[float] = []
         start = 0
         path = Path(checkpoint) if checkpoint is not None else None
-        if path is not None and path.exists():
-            state = torch.load(path, weights_only=False)
-            if state["hp"] != hp:
-                raise ValueError(f"checkpoint {path} was made with {state['hp']}, not {hp}")
+        state = (load_checkpoint(path, kind="TinyAutoencoder.fit", fingerprint=hp)
+                 if path is not None else None)
+        if state is not None:
             self.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
             sched.load_state_dict(state["sched"])
@@ -360,9 +356,10 @@ class TinyAutoencoder(nn.Module):
                 bar.set_postfix(loss=f"{losses[-1]:.4f}")
             done = step + 1
             if path is not None and (done % checkpoint_every == 0 or done == end):
-                _save(path, {"hp": hp, "model": self.state_dict(), "opt": opt.state_dict(),
-                             "sched": sched.state_dict(), "gen": gen.get_state(),
-                             "losses": losses, "step": done})
+                save_checkpoint(path, {"model": self.state_dict(), "opt": opt.state_dict(),
+                                       "sched": sched.state_dict(), "gen": gen.get_state(),
+                                       "losses": losses, "step": done},
+                                kind="TinyAutoencoder.fit", fingerprint=hp)
         if bar is not None:
             bar.close()
         self.eval()

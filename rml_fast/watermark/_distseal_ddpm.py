@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rml_fast._checkpoint import load_checkpoint, save_checkpoint
 from rml_fast._validation import Interval, check_scalar
-from rml_fast.models.autoencoder import _save, _torch_generator
+from rml_fast.models.autoencoder import _torch_generator
 from rml_fast.models.diffusion import DDPMSchedule
 
 __all__ = ["TinyLatentDDPM"]
@@ -117,7 +118,8 @@ class TinyLatentDDPM(nn.Module):
         lr = float(check_scalar(lr, "lr", Interval("real", 0.0, None, "neither")))
         check_scalar(seed, "seed", Interval("int", 0, None))
         hp = {"steps": steps, "batch_size": bs, "lr": lr, "seed": seed, "n": len(latents),
-              "shape": tuple(latents.shape[1:])}
+              "shape": tuple(latents.shape[1:]),
+              "arch": (self.latent_channels, self.width, self.n_steps, self.seed)}
         data = latents.detach().to(torch.float32)
         self.scale.fill_(float(data.std()) or 1.0)
         data = data / self.scale
@@ -128,10 +130,9 @@ class TinyLatentDDPM(nn.Module):
         losses: list[float] = []
         start = 0
         path = Path(checkpoint) if checkpoint is not None else None
-        if path is not None and path.exists():
-            st = torch.load(path, weights_only=False)
-            if st["hp"] != hp:
-                raise ValueError(f"checkpoint {path} was made with {st['hp']}, not {hp}")
+        st = (load_checkpoint(path, kind="TinyLatentDDPM.fit", fingerprint=hp)
+              if path is not None else None)
+        if st is not None:
             self.load_state_dict(st["model"])
             opt.load_state_dict(st["opt"])
             sched.load_state_dict(st["sched"])
@@ -162,9 +163,10 @@ class TinyLatentDDPM(nn.Module):
                 bar.set_postfix(loss=f"{losses[-1]:.4f}")
             done = step + 1
             if path is not None and (done % checkpoint_every == 0 or done == end):
-                _save(path, {"hp": hp, "model": self.state_dict(), "opt": opt.state_dict(),
-                             "sched": sched.state_dict(), "gen": gen.get_state(),
-                             "losses": losses, "step": done})
+                save_checkpoint(path, {"model": self.state_dict(), "opt": opt.state_dict(),
+                                       "sched": sched.state_dict(), "gen": gen.get_state(),
+                                       "losses": losses, "step": done},
+                                kind="TinyLatentDDPM.fit", fingerprint=hp)
         if bar is not None:
             bar.close()
         self.eval()

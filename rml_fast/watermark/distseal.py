@@ -51,8 +51,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rml_fast._checkpoint import load_checkpoint, save_checkpoint
 from rml_fast._validation import Interval, check_scalar
-from rml_fast.models.autoencoder import _save, _torch_generator, check_images
+from rml_fast.models.autoencoder import _torch_generator, check_images
 from rml_fast.watermark._distseal_ddpm import TinyLatentDDPM
 from rml_fast.watermark.augment import Augmenter
 from rml_fast.watermark.metrics import binomial_pvalue, detection_threshold
@@ -752,11 +753,9 @@ class LatentWatermarker:
         hist: dict[str, list[float]] = {"loss": [], "bit_acc": [], "scaling": []}
         start = 0
         path = Path(checkpoint) if checkpoint is not None else None
-        if path is not None and path.exists():
-            st = torch.load(path, weights_only=False)
-            if st["hp"] != hp:
-                diff = {k: (st["hp"].get(k), hp[k]) for k in hp if st["hp"].get(k) != hp[k]}
-                raise ValueError(f"checkpoint {path} was made with other settings: {diff}")
+        st = (load_checkpoint(path, kind="LatentWatermarker.fit", fingerprint=hp)
+              if path is not None else None)
+        if st is not None:
             emb.load_state_dict(st["emb"])
             ext.load_state_dict(st["ext"])
             disc.load_state_dict(st["disc"])
@@ -812,13 +811,14 @@ class LatentWatermarker:
                                 s=f"{s:.2f}")
             done = step + 1
             if path is not None and (done % checkpoint_every == 0 or done == end):
-                _save(path, {"hp": hp, "emb": emb.state_dict(), "ext": ext.state_dict(),
+                save_checkpoint(path, {"emb": emb.state_dict(), "ext": ext.state_dict(),
                              "disc": disc.state_dict(), "opt": opt.state_dict(),
                              "dopt": dopt.state_dict(), "sched": sched.state_dict(),
                              "gen": gen.get_state(),
                              "aug_gen": None if augmenter is False else
                              augmenter.generator.get_state(),
-                             "hist": hist, "step": done})
+                             "hist": hist, "step": done},
+                                kind="LatentWatermarker.fit", fingerprint=hp)
         if bar is not None:
             bar.close()
         emb.eval()
@@ -1026,11 +1026,9 @@ def distill_decoder(
     losses: list[float] = []
     start = 0
     path = Path(checkpoint) if checkpoint is not None else None
-    if path is not None and path.exists():
-        st = torch.load(path, weights_only=False)
-        if st["hp"] != hp:
-            diff = {k: (st["hp"].get(k), hp[k]) for k in hp if st["hp"].get(k) != hp[k]}
-            raise ValueError(f"checkpoint {path} was made with other settings: {diff}")
+    st = (load_checkpoint(path, kind="distill_decoder", fingerprint=hp)
+          if path is not None else None)
+    if st is not None:
         student.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
@@ -1067,9 +1065,10 @@ def distill_decoder(
                 bar.set_postfix(loss=f"{lv:.4f}")
             done = step + 1
             if path is not None and (done % checkpoint_every == 0 or done == end):
-                _save(path, {"hp": hp, "model": student.state_dict(), "opt": opt.state_dict(),
-                             "sched": sched.state_dict(), "gen": gen.get_state(),
-                             "losses": losses, "step": done})
+                save_checkpoint(path, {"model": student.state_dict(), "opt": opt.state_dict(),
+                                       "sched": sched.state_dict(), "gen": gen.get_state(),
+                                       "losses": losses, "step": done},
+                                kind="distill_decoder", fingerprint=hp)
     finally:
         for p, f in zip(ext.parameters(), ext_flags, strict=True):
             p.requires_grad_(f)
