@@ -132,3 +132,25 @@ def real_tensor(
     if finite and t.numel() and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} must be finite, got NaN or infinite values")
     return t
+
+
+def ids_like(x: Any, name: str) -> torch.Tensor:
+    """Integer ids (an int, a sequence of ints, an integer array or tensor) as a LongTensor.
+
+    Raises a TypeError naming ``name`` for None, strings, floats (NaN included), bools and
+    non-integer tensors, and a ValueError for a ``meta`` tensor. Range checks are the caller's.
+    """
+    if isinstance(x, torch.Tensor):
+        not_meta(x, name)
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer ids, got dtype {x.dtype}")
+        return x.long()
+    if x is None or isinstance(x, (str, bytes, bool, float)):
+        raise TypeError(f"{name} must be an int or integer ids, got {type(x).__name__} {x!r}")
+    try:
+        t = torch.as_tensor(x)
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{name} must be an int or integer ids: {exc}") from exc
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer ids, got dtype {t.dtype}")
+    return t.long()

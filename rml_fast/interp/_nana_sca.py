@@ -12,15 +12,27 @@ from typing import Any
 
 import torch
 
+from rml_fast.interp._checks import ids_like, not_meta
 from rml_fast.interp._nana_adapters import Adapter, MLPWeights, RunRecord
+
+
+def check_tokens(tokens: Any, name: str = "tokens") -> torch.Tensor:
+    """An integer (batch, pos) tensor of token ids with values and at least one token."""
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
+        raise ValueError(f"{name} must be an integer torch.Tensor of shape (batch, pos)")
+    not_meta(tokens, name)
+    if tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.numel() == 0:
+        raise ValueError(f"{name} must hold at least one token, got shape {tuple(tokens.shape)}")
+    return tokens
 
 
 def prepare_query(
     tokens: Any, pos_ids: Any, neg_ids: Any, position: Any, WU: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
     """Validate and flatten a query; returns ``(bi, pi, dW, shape)`` (shape: (B,) or (B, P))."""
-    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
-        raise ValueError("tokens must be an integer torch.Tensor of shape (batch, pos)")
+    check_tokens(tokens)
     B, P = tokens.shape
     if isinstance(position, str):
         if position != "all":
@@ -28,7 +40,7 @@ def prepare_query(
         shape: tuple[int, ...] = (B, P)
         bi, pi = torch.arange(B).repeat_interleave(P), torch.arange(P).repeat(B)
     else:
-        pos = torch.as_tensor(position, dtype=torch.long)
+        pos = ids_like(position, "position")
         pos = pos.expand(B) if pos.ndim == 0 else pos
         if pos.shape != (B,) or bool(((pos < -P) | (pos >= P)).any()):
             raise ValueError(
@@ -36,7 +48,7 @@ def prepare_query(
             )
         shape, bi, pi = (B,), torch.arange(B), pos % P
     N, V = bi.shape[0], WU.shape[1]
-    yp = torch.as_tensor(pos_ids, dtype=torch.long)
+    yp = ids_like(pos_ids, "pos_ids")
     yp = yp.expand(shape) if yp.ndim == 0 else yp
     if tuple(yp.shape) != shape or bool(((yp < 0) | (yp >= V)).any()):
         raise ValueError(
@@ -45,7 +57,7 @@ def prepare_query(
     if neg_ids is None:
         yn = torch.zeros(N, 0, dtype=torch.long)
     else:
-        yn = torch.as_tensor(neg_ids, dtype=torch.long)
+        yn = ids_like(neg_ids, "neg_ids")
         yn = yn.reshape(1) if yn.ndim == 0 else yn
         yn = yn.expand(*shape, -1) if yn.ndim == 1 else yn
         if tuple(yn.shape[:-1]) != shape or bool(((yn < 0) | (yn >= V)).any()):

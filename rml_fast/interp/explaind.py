@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +42,8 @@ from typing import Any, cast
 
 import torch
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
+from rml_fast.interp._checks import not_meta
 from rml_fast.interp._explaind_core import Flat, Funcs, PassResult, run_pass
 from rml_fast.interp._explaind_store import FORMAT, RowStore, _atomic_save
 
@@ -68,7 +70,26 @@ def last_position(output: torch.Tensor) -> torch.Tensor:
     >>> last_position(torch.arange(12.).view(1, 3, 4)).tolist()
     [[8.0, 9.0, 10.0, 11.0]]
     """
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"output must be a torch.Tensor, got {type(output).__name__}")
+    not_meta(output, "output")
+    if output.ndim < 2 or output.shape[1] < 1:
+        raise ValueError(f"output must have shape (B, P, ...) with P >= 1, got {tuple(output.shape)}")
+    # the finiteness check needs values: skipped inside torch.func transforms (vmap / jvp)
+    if (
+        (output.is_floating_point() or output.is_complex())
+        and not _functorch_wrapped(output)
+        and not bool(torch.isfinite(output.detach()).all())
+    ):
+        raise ValueError("output must be finite, got NaN or infinite values")
     return output[:, -1]
+
+
+def _functorch_wrapped(t: torch.Tensor) -> bool:
+    try:
+        return bool(torch._C._functorch.is_functorch_wrapped_tensor(t))
+    except AttributeError:  # pragma: no cover - older torch
+        return True
 
 
 def _per_sample_loss(loss_fn: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -81,12 +102,23 @@ def _per_sample_loss(loss_fn: Any) -> Callable[[torch.Tensor, torch.Tensor], tor
     return loss_fn
 
 
+def _check_path(path: Any, name: str = "path") -> Any:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    return path
+
+
 def _check_dataset(dataset: Any, name: str = "dataset") -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(dataset, (tuple, list)) and len(dataset) == 2):
         raise TypeError(f"{name} must be a pair (inputs, targets) of tensors, got {type(dataset).__name__}")
     X, y = dataset
     if not (isinstance(X, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise TypeError(f"{name} must hold torch tensors, got {type(X).__name__}, {type(y).__name__}")
+    for part, t in (("inputs", X), ("targets", y)):
+        if t.device.type == "meta":
+            raise ValueError(f"{name} {part} must hold values, got a tensor on the 'meta' device")
+        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} {part} must be finite, got NaN or infinite values")
     if X.ndim < 1 or y.ndim < 1 or len(X) != len(y) or len(X) == 0:
         raise ValueError(
             f"{name}: inputs and targets need the same non-zero number of rows, got "
@@ -213,7 +245,11 @@ class TrainingHistory:
         """
         if self.optimizer is None:
             raise ValueError("this history is read-only; load it with model and optimizer to log")
-        b = torch.as_tensor(batch_indices)
+        not_meta(batch_indices, "batch_indices")
+        try:
+            b = torch.as_tensor(batch_indices)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise TypeError(f"batch_indices must be a 1-D integer tensor: {exc}") from exc
         if b.ndim != 1 or b.numel() == 0 or b.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"batch_indices must be a non-empty 1-D integer tensor, got {b.dtype} {tuple(b.shape)}")
         st = self.optimizer.state
@@ -291,6 +327,7 @@ class TrainingHistory:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the log to ``path`` in the disk format (readable by :meth:`load`)."""
+        _check_path(path)
         self._store.flush()
         self._store.save_to(Path(path))
 
@@ -312,7 +349,7 @@ class TrainingHistory:
         >>> d = tempfile.mkdtemp(); h.save(d); TrainingHistory.load(d).n_steps
         0
         """
-        store = RowStore.open(Path(path))
+        store = RowStore.open(Path(_check_path(path)))
         self = cls.__new__(cls)
         self._store = store
         self._init_meta(store.meta)
@@ -400,7 +437,12 @@ def train_with_history(
     """
     X, y = _check_dataset(dataset)
     n_steps = int(check_scalar(n_steps, "n_steps", Interval("int", 0, None)))
-    lr = float(check_scalar(lr, "lr", Interval("real", 0, None, "neither")))
+    # far below the overflow of the parameters' dtype (AdamW's step scales lr by up to 1/(1-b1))
+    lr_max = min(
+        (float(torch.finfo(p.dtype).max) ** 0.5 for p in model.parameters() if p.is_floating_point()),
+        default=float(torch.finfo(torch.float64).max) ** 0.5,
+    )
+    lr = float(check_scalar(lr, "lr", Interval("real", 0, lr_max, "right")))
     b1 = float(check_scalar(betas[0], "betas[0]", Interval("real", 0, 1, "left")))
     b2 = float(check_scalar(betas[1], "betas[1]", Interval("real", 0, 1, "left")))
     eps = float(check_scalar(eps, "eps", Interval("real", 0, None, "neither")))
@@ -491,6 +533,19 @@ class CompletenessReport:
     max_abs_error: float
     rel_error: float
     quadrature_error: float
+
+    def __post_init__(self) -> None:
+        shape = None
+        for name in ("target", "total", "path_total"):
+            t = getattr(self, name)
+            check_tensor(t, name, floating=True, finite=True)
+            if shape is not None and t.shape != shape:
+                raise ValueError(f"{name} must have the shape of target {tuple(shape)}, got {tuple(t.shape)}")
+            shape = t.shape
+        for name in ("max_abs_error", "rel_error", "quadrature_error"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
 
 
 _ABS_MODES = ("per_step", "total", "signed")
@@ -627,9 +682,17 @@ class ExactPathKernel:
     def _inputs(self, X: Any, select: Any) -> tuple[Any, torch.Tensor | None, int]:
         if not isinstance(X, torch.Tensor) or X.ndim < 1 or len(X) == 0:
             raise TypeError(f"X must be a non-empty torch tensor with one row per test input, got {type(X).__name__}")
+        not_meta(X, "X")
+        if X.is_complex():
+            raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
         if X.is_floating_point():
+            if not bool(torch.isfinite(X).all()):
+                raise ValueError("X must be finite, got NaN or infinite values")
             X = X.to(self.history.dtype)
-        out = self._funcs.outputs(self.history.theta_flat(0), X, None)
+        try:
+            out = self._funcs.outputs(self.history.theta_flat(0), X, None)
+        except RuntimeError as exc:  # e.g. integer X for a model with a float first layer
+            raise TypeError(f"X cannot be run through the model: {exc}") from exc
         n = len(X)
         if out.numel() % n:
             raise ValueError("output_fn(model(X)) must have shape (n, C)")
@@ -859,6 +922,7 @@ class ExactPathKernel:
         """
         import pandas as pd
 
+        window = int(check_scalar(window, "window", Interval("int", 1, None)))
         res, _ = self._run(X, select, window=window, abs_mode=abs_mode,
                            include_decay=include_decay, components=True)  # fmt: skip
         comp = cast(torch.Tensor, res.component).sum(1).T.double()  # (G, W); components=True

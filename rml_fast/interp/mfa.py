@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.exceptions import ConvergenceWarning
 from rml_fast.interp import _mfa_core as core
+from rml_fast.interp._checks import naming
 
 __all__ = [
     "MixtureOfFactorAnalyzers",
@@ -269,6 +270,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         ps = check_array(psi, "psi", ndim=(1, 2)).astype(np.float64)
         w = check_array(weights, "weights", ndim=1).astype(np.float64)
         K, D = mu.shape
+        if K < 1 or D < 1:
+            raise ValueError(f"means must have shape (K, D) with K, D >= 1, got {mu.shape}")
         if W.shape[:2] != (K, D):
             raise ValueError(f"loadings must have shape ({K}, {D}, q), got {W.shape}")
         if ps.shape not in ((D,), (K, D)):
@@ -314,7 +317,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
         """
         self._check_params()
         warm = self.warm_start and hasattr(self, "means_")
-        X = validate_data(self, X, dtype=_DTYPES, ensure_min_samples=2, reset=not warm)
+        with naming("X"):
+            X = validate_data(self, X, dtype=_DTYPES, ensure_min_samples=2, reset=not warm)
         N = X.shape[0]
         K = int(self.n_components)
         if N < K:
@@ -450,7 +454,8 @@ class MixtureOfFactorAnalyzers(DensityMixin, BaseEstimator):
 
     def _validate(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "means_")
-        X = validate_data(self, X, dtype=_DTYPES, reset=False)
+        with naming("X"):
+            X = validate_data(self, X, dtype=_DTYPES, reset=False)
         return np.asarray(X, dtype=np.float64)
 
     def _loglik(self, X: np.ndarray) -> np.ndarray:

@@ -39,9 +39,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from rml_fast._validation import Interval, check_rng, check_scalar
+from rml_fast._validation import Interval, check_rng, check_scalar, check_tensor
+from rml_fast.interp._checks import ids_like, not_meta
 from rml_fast.interp._nana_adapters import Adapter, adapt
-from rml_fast.interp._nana_sca import direct_grad, metric, prepare_query, removal_deltas
+from rml_fast.interp._nana_sca import (
+    check_tokens,
+    direct_grad,
+    metric,
+    prepare_query,
+    removal_deltas,
+)
 
 __all__ = ["DEUBank", "NativeNetworkAnatomy", "deu_decompose", "fourier_concentration"]
 
@@ -80,6 +87,16 @@ class DEUBank:
     V: torch.Tensor
     layer: int = -1
     kind: str = "matrix"
+
+    def __post_init__(self) -> None:
+        check_tensor(self.U, "U", ndim=2)
+        check_tensor(self.S, "S", ndim=1)
+        check_tensor(self.V, "V", ndim=2)
+        r = self.S.shape[0]
+        if self.U.shape[0] != r:
+            raise ValueError(f"U must have one row per gain in S ({r}), got shape {tuple(self.U.shape)}")
+        if self.V.shape[0] != r:
+            raise ValueError(f"V must have one row per gain in S ({r}), got shape {tuple(self.V.shape)}")
 
     @property
     def n_units(self) -> int:
@@ -182,6 +199,7 @@ def deu_decompose(
     """
     if not isinstance(W, torch.Tensor):
         raise TypeError(f"W must be a torch.Tensor, got {type(W).__name__}")
+    not_meta(W, "W")
     if W.ndim != 2 or not W.is_floating_point() or min(W.shape) < 1:
         raise ValueError(f"W must be a non-empty 2-D float tensor, got {W.dtype} {tuple(W.shape)}")
     if not bool(torch.isfinite(W).all()):
@@ -619,9 +637,8 @@ class NativeNetworkAnatomy:
         (1, 2, 8)
         """
         bank = self._bank(layer, kind)
-        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.is_floating_point():
-            raise ValueError("tokens must be an integer torch.Tensor of shape (batch, pos)")
-        idx = torch.as_tensor(units, dtype=torch.long).reshape(-1)
+        check_tokens(tokens)
+        idx = ids_like(units, "units").reshape(-1)
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= bank.n_units):
             raise ValueError(f"units must lie in [0, {bank.n_units}), got {units!r}")
         rec = self.adapter.run(tokens, [layer])
@@ -661,6 +678,7 @@ class NativeNetworkAnatomy:
         mass = float(check_scalar(mass, "mass", Interval("real", 0, 1, "right")))
         if not isinstance(sca, torch.Tensor) or sca.ndim not in (2, 3):
             raise ValueError("sca must be a tensor of shape (B, n_layers, n_units) or (n_layers, n_units)")
+        check_tensor(sca, "sca", ndim=(2, 3))
         m = sca.mean(0) if sca.ndim == 3 else sca
         ls = list(range(m.shape[0])) if layers is None else [int(x) for x in layers]
         if len(ls) != m.shape[0]:
@@ -701,6 +719,8 @@ class NativeNetworkAnatomy:
         if not {"mlp_in", "mlp_out"} <= set(self.matrices):
             raise ValueError("pathway_graph needs matrices=('mlp_in', 'mlp_out')")
         threshold = float(check_scalar(threshold, "threshold", Interval("real", 0, None)))
+        if top is not None:
+            top = int(check_scalar(top, "top", Interval("int", 0, None)))
         edges = []
         L = self.adapter.n_layers
         for lay in range(L):

@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.interp import _query_lens_core as core
+from rml_fast.interp._checks import naming, not_meta
 from rml_fast.interp.sae import TopKSAE
 from rml_fast.models.transformer import TinyTransformer
 
@@ -93,6 +94,7 @@ class SparseDict:
             if not isinstance(getattr(self, name), torch.Tensor):
                 raise TypeError(f"SparseDict.{name} must be a torch.Tensor, got "
                                 f"{type(getattr(self, name)).__name__}")  # fmt: skip
+            check_tensor(getattr(self, name), f"SparseDict.{name}")
         if self.W_enc.ndim != 2:
             raise ValueError(f"SparseDict.W_enc must be (D, F), got {tuple(self.W_enc.shape)}")
         d, f = self.W_enc.shape
@@ -298,7 +300,11 @@ class QueryLens:
         >>> ql.fit(torch.zeros(2, 3, dtype=torch.long)).n_tokens_
         6
         """
-        tokens = self.model._check_tokens(contexts)
+        not_meta(contexts, "contexts")
+        with naming("contexts"):
+            tokens = self.model._check_tokens(contexts)
+        if tokens.shape[0] < 1:
+            raise ValueError(f"contexts must hold at least one context, got {tuple(tokens.shape)}")
         if mask is None:
             mask = torch.ones(tokens.shape, dtype=torch.bool)
         if not isinstance(mask, torch.Tensor) or mask.shape != tokens.shape:
@@ -343,6 +349,7 @@ class QueryLens:
                 vectors.shape[1] != self.model.cfg.d_model:  # fmt: skip
             raise ValueError(f"vectors must be a tensor of shape (n, D={self.model.cfg.d_model}), "
                              f"got {getattr(vectors, 'shape', type(vectors).__name__)}")  # fmt: skip
+        check_tensor(vectors, "vectors", ndim=2)
         return vectors.to(self.model.W_E.dtype)
 
     # --- transport ---------------------------------------------------------------------------
@@ -512,12 +519,22 @@ class QueryLens:
         >>> bool(torch.allclose(ql.value_readout(torch.eye(8)), model.W_U))
         True
         """
+        self._readout_arg(u, "u")
         W_U = self.model.unembed.detach()
         ln = self.model.ln_final
         if self.final_ln == "vector" and ln is not None:
             uc = u - u.mean(-1, keepdim=True)
             u = uc / (uc.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-12)) * ln.w.detach()
         return u @ W_U
+
+    def _readout_arg(self, x: Any, name: str) -> None:
+        check_tensor(x, name, ndim=2)
+        if x.shape[1] != self.model.cfg.d_model:
+            raise ValueError(
+                f"{name} must have shape (n, D={self.model.cfg.d_model}), got {tuple(x.shape)}"
+            )
+        if x.dtype != self.model.W_E.dtype:
+            raise TypeError(f"{name} must have the model's dtype {self.model.W_E.dtype}, got {x.dtype}")
 
     def key_readout(self, g: torch.Tensor) -> torch.Tensor:
         """Token scores ``(n, V)`` of pulled-back keys ``g`` (n, D) (see ``readout_key``).
@@ -533,6 +550,7 @@ class QueryLens:
         >>> float(ql.key_readout(torch.randn(1, 8)).abs().max()) <= 1 + 1e-6  # cosines
         True
         """
+        self._readout_arg(g, "g")
         E = self.model.W_E.detach()
         if self.readout_key == "embed_dot":
             return g @ E.T
@@ -629,6 +647,7 @@ class QueryLens:
         if not isinstance(scores, torch.Tensor) or scores.ndim != 2:
             raise ValueError(f"scores must be a (n, V) tensor, got "
                              f"{getattr(scores, 'shape', type(scores).__name__)}")  # fmt: skip
+        check_tensor(scores, "scores", ndim=2)
         return scores.topk(min(k, scores.shape[1]), dim=1).indices
 
     def channel_responses(self, vectors: torch.Tensor, layer: int) -> torch.Tensor:
@@ -715,10 +734,12 @@ def _column_basis(W: Any, r: int, name: str) -> torch.Tensor:
         B = W[0]
         if not isinstance(B, torch.Tensor) or B.ndim != 2:
             raise ValueError(f"{name}[0] (B) must be a (D, r) tensor")
+        check_tensor(B, f"{name}[0]", ndim=2)
         q, _ = torch.linalg.qr(B.double())
         return q[:, :r]
     if not isinstance(W, torch.Tensor) or W.ndim != 2:
         raise ValueError(f"{name} must be a (D, D) tensor or a (B, A) tuple")
+    check_tensor(W, name, ndim=2)
     u, _, _ = torch.linalg.svd(W.double(), full_matrices=False)
     return u[:, :r]
 

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rml_fast._validation import Interval, check_rng, check_scalar
+from rml_fast._validation import Interval, check_rng, check_scalar, check_tensor
+from rml_fast.interp._checks import not_meta
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class TopKSAE(nn.Module):
         d = int(check_scalar(d, "d", Interval("int", 1, None)))
         m = int(check_scalar(n_features, "n_features", Interval("int", 1, None)))
         k = int(check_scalar(k, "k", Interval("int", 1, m)))
+        if seed is not None:
+            seed = int(check_scalar(seed, "seed", Interval("int", 0, 2**63 - 1)))
         self.d, self.n_features, self.k, self.relu = d, m, k, bool(relu)
         gen = torch.Generator()
         gen.manual_seed(0 if seed is None else int(seed))
@@ -102,6 +105,9 @@ class TopKSAE(nn.Module):
     def _check_x(self, x: Any, name: str = "x") -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        not_meta(x, name)
+        if x.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
         if x.shape[-1:] != (self.d,):
             raise ValueError(
                 f"{name} must have last dimension d={self.d}, got shape {tuple(x.shape)}"
@@ -155,7 +161,8 @@ class TopKSAE(nn.Module):
                 f"z must be a torch.Tensor with last dimension n_features={self.n_features}, "
                 f"got {getattr(z, 'shape', type(z).__name__)}"
             )
-        return z @ self.W_dec + self.b_dec
+        check_tensor(z, "z", finite=False)
+        return z.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Reconstruction ``decode(encode(x))`` of shape ``(..., d)``.

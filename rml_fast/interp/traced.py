@@ -36,7 +36,8 @@ from sklearn.covariance import ledoit_wolf
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from rml_fast._validation import check_rng
+from rml_fast._validation import check_array, check_rng
+from rml_fast.interp._checks import naming, not_meta
 from rml_fast.interp._traced_kernels import FEATURES, features_ragged
 
 __all__ = [
@@ -136,7 +137,15 @@ def step_embeddings(
     array([[1., 2.],
            [7., 8.]])
     """
-    H = np.asarray(hidden.detach().cpu() if hasattr(hidden, "detach") else hidden, dtype=np.float64)
+    not_meta(hidden, "hidden")
+    if hasattr(hidden, "detach"):
+        hidden = hidden.detach().cpu()
+        if hidden.is_complex():
+            raise TypeError(f"hidden must hold real numbers, got dtype {hidden.dtype}")
+        hidden = hidden.numpy()
+    H = check_array(hidden, "hidden", dtypes=(np.float64,), ndim=(2, 3), finite=False)
+    if 0 in H.shape:
+        raise ValueError(f"hidden must not be empty (no layer, token or feature), got {H.shape}")
     if H.ndim == 3:
         n_layers = H.shape[0]
         if layer is None:
@@ -417,8 +426,9 @@ class TracedScorer(ClassifierMixin, BaseEstimator):
             )
         if not (isinstance(self.reg, numbers.Real) and self.reg >= 0):
             raise ValueError(f"reg must be a real number >= 0, got {self.reg!r}")
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
+        with naming("X", "y"):
+            X, y = validate_data(self, X, y, dtype=np.float64)
+            check_classification_targets(y)
         self.classes_, yi = np.unique(y, return_inverse=True)
         K = len(self.classes_)
         if K < 2:
@@ -453,7 +463,8 @@ class TracedScorer(ClassifierMixin, BaseEstimator):
 
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        with naming("X"):
+            X = validate_data(self, X, dtype=np.float64, reset=False)
         return np.column_stack(
             [self._log_gauss(X, c) + math.log(self.priors_[c]) for c in range(len(self.classes_))]
         )
