@@ -40,6 +40,7 @@ always caches the Gram matrix of its working set.
 from __future__ import annotations
 
 import numbers
+import re
 import warnings
 from typing import Any, cast
 
@@ -108,6 +109,44 @@ def _check_unsupported(*, positive: Any, selection: Any, precompute: Any) -> Non
         )
 
 
+class _naming:
+    """Context manager: a ValueError/TypeError raised inside (by scikit-learn's checks, whose
+    messages do not always say which argument) is re-raised naming the argument ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, (ValueError, TypeError)):
+            return False
+        msg = str(exc)
+        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(self.name)}(?![A-Za-z0-9_])", msg):
+            return False
+        cls = ValueError if isinstance(exc, ValueError) else TypeError
+        raise cls(f"{self.name}: {msg}") from exc
+
+
+def _check_target(y: Any, X: np.ndarray, *, multi_output: bool) -> np.ndarray:
+    """``y`` as an array of ``X``'s dtype with ``X.shape[0]`` rows (1-D, or 2-D when
+    ``multi_output``); errors name ``y``."""
+    if y is None:
+        raise ValueError("requires y to be passed, but the target y is None")
+    if _sparse.issparse(y):
+        raise TypeError("sparse y is not supported by rml_fast.compat.sklearn")
+    with _naming("y"):
+        y = check_array(y, dtype=X.dtype.type, ensure_2d=False, input_name="y")
+    if y.ndim not in ((1, 2) if multi_output else (1,)):
+        raise ValueError(f"y must be 1-D{' or 2-D' if multi_output else ''}, got shape {y.shape}")
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"y must have X.shape[0]={X.shape[0]} rows (one per sample), got shape {y.shape}"
+        )
+    return y
+
+
 def _check_X(X: Any, name: str = "X") -> None:
     if _sparse.issparse(X):
         raise TypeError(
@@ -120,7 +159,8 @@ def _check_sample_weight(sample_weight: Any, n: int, dtype: np.dtype) -> np.ndar
     if sample_weight is None or isinstance(sample_weight, numbers.Number):
         # a scalar weight is a uniform weight: scikit-learn rescales it away
         return None
-    sw = check_array(sample_weight, ensure_2d=False, dtype=dtype, input_name="sample_weight")
+    with _naming("sample_weight"):
+        sw = check_array(sample_weight, ensure_2d=False, dtype=dtype, input_name="sample_weight")
     if sw.ndim != 1 or sw.shape[0] != n:
         raise ValueError(
             f"sample_weight must have shape ({n},), got {np.shape(sample_weight)}"
@@ -304,8 +344,10 @@ def lasso_path(
     _check_X(X)
     if _sparse.issparse(y):
         raise TypeError("sparse y is not supported by rml_fast.compat.sklearn")
-    X = check_array(X, dtype=[np.float64, np.float32], order="F", input_name="X")
-    y = check_array(y, dtype=X.dtype.type, ensure_2d=False, input_name="y")
+    with _naming("X"):
+        X = check_array(X, dtype=[np.float64, np.float32], order="F", input_name="X")
+    with _naming("y"):
+        y = check_array(y, dtype=X.dtype.type, ensure_2d=False, input_name="y")
     if y.ndim != 1:
         raise ValueError(
             "y must be 1-D: for 2-D y scikit-learn's lasso_path solves the multi-task (group) "
@@ -315,12 +357,14 @@ def lasso_path(
         raise ValueError(f"y must have X.shape[0]={X.shape[0]} rows, got {y.shape[0]}")
     n, m = X.shape
     if Xy is not None:
-        Xy = check_array(Xy, dtype=np.float64, ensure_2d=False, input_name="Xy")
+        with _naming("Xy"):
+            Xy = check_array(Xy, dtype=np.float64, ensure_2d=False, input_name="Xy")
         if Xy.shape != (m,):
             raise ValueError(f"Xy must have shape ({m},), got {Xy.shape}")
     if coef_init is not None:
-        coef_init = check_array(coef_init, dtype=np.float64, ensure_2d=False,
-                                input_name="coef_init")
+        with _naming("coef_init"):
+            coef_init = check_array(coef_init, dtype=np.float64, ensure_2d=False,
+                                    input_name="coef_init")
         if coef_init.shape != (m,):
             raise ValueError(f"coef_init must have shape ({m},), got {coef_init.shape}")
     if grid is None:
@@ -354,7 +398,8 @@ class _LinearPredictor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         _check_X(X)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        with _naming("X"):
+            X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return X @ self.coef_.T + self.intercept_
 
 
@@ -483,9 +528,9 @@ class Lasso(_LinearPredictor):
         """
         alpha, tol, max_iter = self._check_params()
         _check_X(X)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=True)
-        y = check_array(y, dtype=X.dtype.type, ensure_2d=False, input_name="y")
+        with _naming("X"):
+            X = validate_data(self, X, dtype=[np.float64, np.float32])
+        y = _check_target(y, X, multi_output=True)
         n, m = X.shape
         sw = _check_sample_weight(sample_weight, n, X.dtype)
         if sw is not None:
@@ -793,10 +838,13 @@ class LassoCV(_LinearPredictor):
         if unknown:
             raise TypeError(f"LassoCV.fit() got unexpected keyword arguments {sorted(unknown)}")
         _check_X(X)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                             y_numeric=True)
+        with _naming("X"):
+            X = validate_data(self, X, dtype=[np.float64, np.float32])
+        y = _check_target(y, X, multi_output=True)
         if y.ndim > 1 and y.shape[1] > 1:
-            raise ValueError("For multi-task outputs, use MultiTaskLassoCV")
+            raise ValueError(
+                f"y has {y.shape[1]} columns: for multi-task outputs, use MultiTaskLassoCV"
+            )
         if y.ndim > 1:
             from sklearn.utils.validation import column_or_1d
 

@@ -110,21 +110,27 @@ class LassoResult(NamedTuple):
 # --- validation ---------------------------------------------------------------------------
 
 
-def _check_design(D: Any, Y: Any, *, finite_D: bool = True) -> tuple[np.ndarray, np.ndarray, bool]:
+def _check_design(D: Any, Y: Any, *, finite_D: bool = True, y_name: str = "Y"
+                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``D`` (n, m) and ``Y`` as (n, B); errors name ``D`` and ``y_name`` (the caller's
+    spelling of the target argument)."""
     D = check_array(D, "D", ndim=2, finite=finite_D)
-    Y = check_array(Y, "Y", ndim=(1, 2))
+    Y = check_array(Y, y_name, ndim=(1, 2))
     one_d = Y.ndim == 1
     if one_d:
         Y = Y[:, None]
     if Y.shape[0] != D.shape[0]:
         raise ValueError(
-            f"Y must have D.shape[0]={D.shape[0]} rows (one per row of D), got shape {Y.shape}"
+            f"{y_name} must have D.shape[0]={D.shape[0]} rows (one per row of D), got shape "
+            f"{Y.shape}"
         )
     if D.shape[0] == 0 or D.shape[1] == 0 or Y.shape[1] == 0:
-        raise ValueError(f"D and Y must be non-empty, got D {D.shape} and Y {Y.shape}")
+        raise ValueError(f"D and {y_name} must be non-empty, got D {D.shape} and {y_name} "
+                         f"{Y.shape}")
     if Y.dtype != D.dtype:
         raise TypeError(
-            f"Y must have the dtype of D ({D.dtype}), got {Y.dtype}; cast one of them explicitly"
+            f"{y_name} must have the dtype of D ({D.dtype}), got {Y.dtype}; cast one of them "
+            "explicitly"
         )
     return D, Y, one_d
 
@@ -432,7 +438,8 @@ def lasso_path_gram(
         raise ValueError("G must have a non-negative diagonal (a Gram matrix X^T X)")
     Xy = check_array(Xy, "Xy", dtypes=(np.float64,), ndim=(1, 2))
     if Xy.shape != ((m,) if one else (P, m)):
-        raise ValueError(f"Xy must have shape {(m,) if one else (P, m)}, got {Xy.shape}")
+        raise ValueError(f"Xy must have shape {(m,) if one else (P, m)} to match G of shape "
+                         f"{G.shape}, got {Xy.shape}")
     yy_a = check_array(yy, "yy", dtypes=(np.float64,), ndim=(0, 1))
     n_a = check_array(n, "n", dtypes=(np.float64,), ndim=(0, 1))
     yy_a = np.broadcast_to(np.atleast_1d(yy_a), (P,)) if yy_a.size in (1, P) else yy_a
@@ -498,6 +505,8 @@ def lasso(D: Any, y: Any, lam: float, **kwargs: Any) -> LassoResult:
     array([2., 0., 0.])
     """
     lam = check_scalar(lam, "lam", Interval("real", 0, None, "neither"))
+    if not device_of(D).is_torch:  # lasso_path calls the target Y: check it as y here
+        _check_design(D, y, finite_D=False, y_name="y")
     res = lasso_path(D, y, [lam], **kwargs)
     coef = res.coefs[0]
     gap, ep, conv = res.gaps[0], res.n_epochs[0], res.converged[0]
@@ -533,7 +542,7 @@ def ridge_refit(D: Any, y: Any, support: Any, mu: float) -> np.ndarray:
     >>> ridge_refit(np.eye(3), np.array([2.0, 1.0, 4.0]), [0, 2], mu=1 / 3)
     array([1., 0., 2.])
     """
-    D, Y, one_d = _check_design(D, y)
+    D, Y, one_d = _check_design(D, y, y_name="y")
     mu = check_scalar(mu, "mu", Interval("real", 0, None))
     S = check_array(support, "support", dtypes=(np.int64,), ndim=1)
     m = D.shape[1]

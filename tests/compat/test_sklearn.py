@@ -331,3 +331,80 @@ def test_lasso_path_rejects_multitask_y():
         rs.lasso_path(X, Y)
     with pytest.raises(TypeError, match="bogus"):
         rs.lasso_path(X, Y[:, 0], bogus=1)
+
+
+# --- LassoCV in Gram form (n_features <= n_train) -------------------------------------------
+
+
+def test_lassocv_digits_matches_sklearn():
+    # 1797 x 64 pixels, constant (all-zero) and highly correlated columns: the Gram path
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X.astype(np.float64), y.astype(np.float64)
+    kw = dict(cv=5, tol=1e-6, max_iter=10_000)
+    ours = rs.LassoCV(**kw).fit(X, y)
+    peer = sk.LassoCV(**kw).fit(X, y)
+    np.testing.assert_allclose(ours.alphas_, peer.alphas_, rtol=1e-12)
+    # both certified to 1e-6 ||y_c||^2 / n: held-out MSEs agree to ~1e-6 relative
+    np.testing.assert_allclose(ours.mse_path_, peer.mse_path_, rtol=1e-4)
+    assert np.argmin(ours.mse_path_.mean(axis=1)) == np.argmin(peer.mse_path_.mean(axis=1))
+    assert ours.alpha_ == pytest.approx(peer.alpha_, rel=1e-12)
+    assert (ours.coef_[X.std(axis=0) == 0] == 0).all()
+    _assert_agree(X, y, ours, peer, ours.alpha_, tol=1e-6)
+
+
+def _residual_form(monkeypatch):
+    monkeypatch.setattr(rs, "_use_gram", lambda *a: False)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("cv", ["kfold", "shuffle"])
+def test_lassocv_gram_equals_residual_form(monkeypatch, weighted, fit_intercept, cv):
+    # KFold: each training fold's Gram matrix is the full one minus the test rows' (the
+    # subtraction branch); ShuffleSplit: train and test do not partition the rows (direct)
+    from sklearn.model_selection import KFold, ShuffleSplit
+
+    X, y = _problem(120, 12, seed=11)
+    X[:, 3] = 5.0  # a constant column
+    X[0, 7], X[1:, 7] = 3.0, 0.0  # constant on every training fold without row 0
+    sw = np.random.default_rng(2).uniform(0.2, 2.0, 120) if weighted else None
+    splitter = (KFold(4, shuffle=True, random_state=0) if cv == "kfold"
+                else ShuffleSplit(3, test_size=0.2, train_size=0.5, random_state=0))
+    kw = dict(cv=splitter, tol=1e-10, max_iter=100_000, fit_intercept=fit_intercept)
+    gram = rs.LassoCV(**kw).fit(X, y, sample_weight=sw)
+    _residual_form(monkeypatch)
+    resid = rs.LassoCV(**kw).fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(gram.alphas_, resid.alphas_, rtol=1e-10)
+    np.testing.assert_allclose(gram.mse_path_, resid.mse_path_, rtol=1e-5)
+    assert gram.alpha_ == pytest.approx(resid.alpha_, rel=1e-10)
+    _assert_agree(X, y, gram, resid, gram.alpha_, sw, fit_intercept=fit_intercept, tol=1e-10)
+    if fit_intercept:
+        assert gram.coef_[3] == 0.0
+
+
+def test_lassocv_gram_float32_and_n_jobs():
+    X, y = _problem(80, 6, seed=4)
+    X, y = X.astype(np.float32).astype(np.float64), y.astype(np.float32).astype(np.float64)
+    # tight tol: the held-out MSE (~0.1) is small against ||y_c||^2 / n (see above)
+    kw = dict(cv=4, tol=1e-10, max_iter=100_000)
+    ours = rs.LassoCV(n_jobs=2, **kw).fit(X.astype(np.float32), y.astype(np.float32))
+    assert ours.coef_.dtype == np.float32
+    peer = sk.LassoCV(**kw).fit(X, y)
+    np.testing.assert_allclose(ours.alphas_, peer.alphas_, rtol=1e-10)
+    np.testing.assert_allclose(ours.mse_path_, peer.mse_path_, rtol=1e-5)
+
+
+def test_lassocv_gram_zero_weight_fold_raises():
+    X, y = _problem(40, 4, seed=1)
+    sw = np.ones(40)
+    sw[:10] = 0.0  # the first KFold test fold has no weight
+    with pytest.raises(ValueError, match="sample_weight sums to 0 on a test fold"):
+        rs.LassoCV(cv=4).fit(X, y, sample_weight=sw)
+
+
+def test_lassocv_gram_convergence_warning():
+    X, y = _problem(60, 8, seed=3)
+    with pytest.warns(SkConvergenceWarning):
+        rs.LassoCV(cv=3, max_iter=1, tol=1e-8).fit(X, y)
