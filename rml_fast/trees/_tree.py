@@ -66,7 +66,8 @@ class FallingTree:
             if n is None:
                 n = arr.shape[0]
             elif arr.shape[0] != n:
-                raise ValueError(f"{name} must have one entry per node ({n}), got shape {arr.shape}")
+                raise ValueError(f"{name} must have one entry per node, as feature ({n} nodes), "
+                                 f"got shape {arr.shape}")
         if n == 0:
             raise ValueError("feature must have at least one node (the root), got an empty array")
         check_scalar(self.objective, "objective", Interval("real", None, None))
