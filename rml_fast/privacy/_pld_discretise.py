@@ -19,6 +19,10 @@ from rml_fast.privacy._pld_lattice import _Pmf, _readonly, _trim
 
 _MAX_BUCKETS = 50_000_000
 
+
+class BucketLimitError(ValueError):
+    """The privacy-loss range needs more than ``_MAX_BUCKETS`` lattice buckets."""
+
 CdfFn = Callable[[np.ndarray], np.ndarray]
 PairFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -100,7 +104,7 @@ def _pmf_from_cdf(
     i_lo = math.floor(lo / h)
     i_hi = max(math.ceil(hi / h), i_lo + 1)
     if i_hi - i_lo + 1 > _MAX_BUCKETS:
-        raise ValueError(
+        raise BucketLimitError(
             f"the privacy-loss range [{lo:.4g}, {hi:.4g}] needs {i_hi - i_lo + 1} buckets of "
             f"width {h:g}: use a larger value_discretization_interval"
         )

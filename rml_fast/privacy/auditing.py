@@ -122,6 +122,20 @@ class DeltaEstimate:
     upper: np.ndarray
     confidence: float
 
+    def __post_init__(self) -> None:
+        _no_nan(self, ("epsilons", "estimate", "lower", "upper"), finite=("epsilons",))
+
+
+def _no_nan(obj: Any, names: Sequence[str], finite: Sequence[str] = ()) -> None:
+    """Refuse NaN in an audit result's curves (a NaN bound would hide a violation: NaN > 0
+    is False); +-inf is allowed except in ``finite`` (the eps grid)."""
+    for name in names:
+        arr = check_array(getattr(obj, name), name, dtypes=None, ndim=1, finite=name in finite)
+        if arr.dtype.kind == "f" and np.isnan(arr).any():
+            raise ValueError(f"{name} must not hold NaN, got {int(np.isnan(arr).sum())} NaN "
+                             "value(s)")
+        object.__setattr__(obj, name, arr)
+
 
 def _delta_from_counts(
     kp: np.ndarray, kq: np.ndarray, n_p: int, n_q: int, eps: np.ndarray, level: float
@@ -129,9 +143,15 @@ def _delta_from_counts(
     """Estimate and bounds of ``P(S) - e^eps Q(S)`` from counts, each CI at ``level``."""
     p_lo, p_hi = clopper_pearson(kp, n_p, level)
     q_lo, q_hi = clopper_pearson(kq, n_q, level)
-    w = np.exp(eps)
-    est = kp / n_p - w * kq / n_q
-    return est, p_lo - w * q_hi, p_hi - w * q_lo
+    with np.errstate(over="ignore"):
+        w = np.exp(eps)
+
+    def times_w(q: np.ndarray) -> np.ndarray:  # e^eps * q with e^eps * 0 = 0 (not inf * 0 = NaN)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return np.where(q == 0, 0.0, w * q)
+
+    est = kp / n_p - times_w(kq) / n_q
+    return est, p_lo - times_w(q_hi), p_hi - times_w(q_lo)
 
 
 def _counts_above(scores: np.ndarray, eps_sorted: np.ndarray) -> np.ndarray:
@@ -279,6 +299,13 @@ class MechanismAudit:
     n_samples: int
     confidence: float
     directions: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        _no_nan(self, ("epsilons", "claimed_delta", "empirical_delta", "lower", "upper",
+                       "pld_losses", "pld_empirical_cdf", "pld_claimed_lower",
+                       "pld_claimed_upper"), finite=("epsilons",))
+        if isinstance(self.max_excess, float) and math.isnan(self.max_excess):
+            raise ValueError("max_excess must not be NaN (the violation test would be void)")
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready dict of the scalar results and the curves (lists of floats)."""
@@ -502,8 +529,14 @@ def audit_mechanism(
 
 def _check_counts(num_correct: Any, num_guesses: Any, num_canaries: Any) -> tuple[int, int, int]:
     m = int(check_scalar(num_canaries, "num_canaries", Interval("int", 1, None)))
-    r = int(check_scalar(num_guesses, "num_guesses", Interval("int", 0, m)))
-    v = int(check_scalar(num_correct, "num_correct", Interval("int", 0, r)))
+    r = int(check_scalar(num_guesses, "num_guesses", Interval("int", 0, None)))
+    v = int(check_scalar(num_correct, "num_correct", Interval("int", 0, None)))
+    if r > m:
+        raise ValueError(f"num_guesses must be at most num_canaries, got num_guesses={r} > "
+                         f"num_canaries={m}")
+    if v > r:
+        raise ValueError(f"num_correct must be at most num_guesses, got num_correct={v} > "
+                         f"num_guesses={r}")
     return v, r, m
 
 
@@ -676,12 +709,13 @@ def audit_canary_scores(
     (True, 4.64)
     """
     s = check_array(scores, "scores", dtypes=(np.float64,), ndim=1)
-    inc = np.asarray(included)
-    if inc.dtype != np.bool_ or inc.shape != s.shape:
-        raise ValueError(f"included must be a bool array of shape {s.shape}, got {inc.dtype} {inc.shape}")
     m = s.size
     if m < 2:
-        raise ValueError("scores must hold at least 2 canaries")
+        raise ValueError(f"scores must hold at least 2 canaries, got shape {s.shape}")
+    inc = np.asarray(included)
+    if inc.dtype != np.bool_ or inc.shape != s.shape:
+        raise ValueError(f"included must be a bool array of the shape of scores {s.shape}, got "
+                         f"{inc.dtype} {inc.shape}")
     delta = float(check_scalar(delta, "delta", _DELTA))
     conf = float(check_scalar(confidence, "confidence", _CONF))
     if guess_counts is None:

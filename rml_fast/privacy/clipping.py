@@ -33,7 +33,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.kernels import clip as kclip
 from rml_fast.kernels.random import MAX_COUNTER
 from rml_fast.privacy.grad_norms import (
@@ -293,6 +293,8 @@ class ClippingEngine:
                 "losses must be a 1-D tensor of per-sample losses (use reduction='none'), got "
                 f"{getattr(losses, 'shape', type(losses).__name__)}"
             )
+        # values on a real device, a real floating dtype (finiteness: the check below)
+        check_tensor(losses, "losses", ndim=1, finite=False)
         B = losses.shape[0]
         _check_finite_losses(losses, "losses")
         records = sorted(self._records.items())
@@ -873,20 +875,57 @@ def per_sample_losses(loss_fn: Any, output: Any, target: Any) -> torch.Tensor:
     TypeError
         If ``loss_fn`` does not return a tensor.
     ValueError
-        If the losses do not have shape (B,) (the message says how to fix it).
-    """
-    reduction = getattr(loss_fn, "reduction", None)
-    if isinstance(loss_fn, nn.Module) and reduction in _MODULE_REDUCTIONS:
-        import copy
+        If the losses do not have shape (B,) (the message says how to fix it), ``output`` or
+        ``target`` is a tensor without values (``meta`` device), or ``loss_fn`` fails on them
+        (its error, chained, behind the names of both).
+    TypeError
+        If ``output`` is a tensor of a non-floating dtype, or a torch loss module gets a
+        non-tensor.
 
-        per_element: Any = copy.copy(loss_fn)  # shallow: its own attribute dict, shared buffers
-        per_element.reduction = "none"
-        losses = per_element(output, target)
-        if isinstance(losses, torch.Tensor) and losses.ndim > 1:
-            dims = tuple(range(1, losses.ndim))
-            losses = losses.mean(dims) if _MODULE_REDUCTIONS[reduction] == "mean" else losses.sum(dims)
-    else:
-        losses = loss_fn(output, target)
+    Examples
+    --------
+    >>> import torch
+    >>> out, y = torch.tensor([[2.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 0])
+    >>> per_sample_losses(torch.nn.CrossEntropyLoss(), out, y).round(decimals=4)
+    tensor([0.1269, 2.1269])
+    """
+    return _per_sample_losses(loss_fn, output, target, "output", "target")
+
+
+def _per_sample_losses(loss_fn: Any, output: Any, target: Any, output_name: str,
+                       target_name: str) -> torch.Tensor:
+    """:func:`per_sample_losses` with the caller's names of ``output`` and ``target``."""
+    module = isinstance(loss_fn, nn.Module) and getattr(loss_fn, "reduction", None) in (
+        _MODULE_REDUCTIONS)
+    for name, value, floating in ((output_name, output, True), (target_name, target, False)):
+        if isinstance(value, torch.Tensor):
+            check_tensor(value, name, floating=floating, finite=False)
+            if value.is_complex():
+                raise TypeError(f"{name} must hold real numbers, got dtype {value.dtype}")
+        elif module and not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor for the torch loss module "
+                            f"{type(loss_fn).__name__}, got {type(value).__name__}")
+    try:
+        if module:
+            import copy
+
+            reduction = loss_fn.reduction
+            per_element: Any = copy.copy(loss_fn)  # shallow: own attribute dict, shared buffers
+            per_element.reduction = "none"
+            losses = per_element(output, target)
+            if isinstance(losses, torch.Tensor) and losses.ndim > 1:
+                dims = tuple(range(1, losses.ndim))
+                losses = (losses.mean(dims) if _MODULE_REDUCTIONS[reduction] == "mean"
+                          else losses.sum(dims))
+        else:
+            losses = loss_fn(output, target)
+    except torch.OutOfMemoryError:
+        raise
+    except (ValueError, TypeError, RuntimeError, NotImplementedError, IndexError) as exc:
+        if _ours(exc):
+            raise
+        raise _call_error(exc, f"loss_fn({output_name}, {target_name}) failed on {output_name} "
+                               f"{_describe(output)} and {target_name} {_describe(target)}") from exc
     if not isinstance(losses, torch.Tensor):
         raise TypeError(f"loss_fn must return a torch.Tensor of per-sample losses, got "
                         f"{type(losses).__name__}")
@@ -897,6 +936,24 @@ def per_sample_losses(loss_fn: Any, output: Any, target: Any) -> torch.Tensor:
             f"dimensions yourself; got shape {tuple(losses.shape)}"
         )
     return losses
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"(a {value.dtype} tensor of shape {tuple(value.shape)})"
+    return f"(a {type(value).__name__})"
+
+
+def _ours(exc: BaseException) -> bool:
+    """An error of this package (raised by its hooks or checks): passed on unchanged."""
+    return type(exc).__module__.startswith("rml_fast")
+
+
+def _call_error(exc: BaseException, what: str) -> Exception:
+    """A user callable's failure on the user's arguments, as a ValueError/TypeError naming them
+    (a dtype problem -- TypeError, NotImplementedError -- as TypeError)."""
+    kind = TypeError if isinstance(exc, (TypeError, NotImplementedError)) else ValueError
+    return kind(f"{what}: {type(exc).__name__}: {exc}")
 
 
 def _bad_samples(bad: torch.Tensor) -> list[int]:
@@ -956,6 +1013,9 @@ def check_finite_batch(value: Any, name: str, where: str = "", of: str = "the ba
     else:
         items = [(name, value)]
     for label, t in items:
+        if isinstance(t, torch.Tensor) and t.device.type == "meta":
+            raise ValueError(f"{where}{label} must hold values, got a tensor on the 'meta' device; "
+                             f"{after}")
         if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
             continue
         if all_finite(t):
@@ -1029,7 +1089,16 @@ def _loss_of(func: str, loss_fn: Any, inputs: Any, target: Any, usage: str, *,
     check_finite_batch(target, "target", where, after=after)
 
     def new(model: nn.Module) -> torch.Tensor:
-        losses = per_sample_losses(loss_fn, forward(model, inputs), target)
+        try:
+            output = forward(model, inputs)
+        except torch.OutOfMemoryError:
+            raise
+        except (ValueError, TypeError, RuntimeError, NotImplementedError, IndexError) as exc:
+            if _ours(exc):  # e.g. UnsupportedLayerError from the recording hooks
+                raise
+            raise _call_error(exc, f"{where}the model failed on inputs {_describe(inputs)}; "
+                                   f"{after}") from exc
+        losses = _per_sample_losses(loss_fn, output, target, "model(inputs)", "target")
         _check_finite_losses(losses, "loss_fn", where, step, after)
         return losses
 

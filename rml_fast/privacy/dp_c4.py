@@ -81,14 +81,20 @@ def privacy_spent(
     """
     from rml_fast.privacy.pld import PLDAccountant
 
+    noise_multiplier = check_scalar(noise_multiplier, "noise_multiplier", Interval("real", 0.0, None))
+    sample_rate = check_scalar(sample_rate, "sample_rate", _Q)
     steps = int(check_scalar(steps, "steps", Interval("int", 0, None)))
     if steps == 0:
         return 0.0
     if noise_multiplier == 0.0:
         return math.inf
-    acc = PLDAccountant(h=h).compose_gaussian(
-        std=noise_multiplier, sensitivity=1.0, count=steps, sampling_prob=sample_rate
-    )
+    try:
+        acc = PLDAccountant(h=h).compose_gaussian(
+            std=noise_multiplier, sensitivity=1.0, count=steps, sampling_prob=sample_rate
+        )
+    except OverflowError as exc:  # refused, never answered with a made-up epsilon
+        raise ValueError(f"noise_multiplier={noise_multiplier!r} overflows the PLD accountant; "
+                         "use a smaller one (epsilon is already ~0 from about 1e6)") from exc
     return float(acc.get_epsilon(delta))
 
 
@@ -148,7 +154,25 @@ def calibrate_noise_multiplier(
 def stability_floor_beta(kappa: float, drift_clip_scale: float, lr_prev: float,
                          sigma_drift: float, numel: int, batch_size: float) -> float:
     """Smallest stable ``beta_t``: ``min(1, kappa g^2)``, ``g = c_Delta eta_{t-1} sigma_Delta
-    sqrt(D) / B`` (see ``stability_floor`` of :class:`DPC4Optimizer`; **[PROPOSED]**)."""
+    sqrt(D) / B`` (see ``stability_floor`` of :class:`DPC4Optimizer`; **[PROPOSED]**).
+
+    ``kappa``, ``drift_clip_scale`` and ``lr_prev`` are finite and ``>= 0``, ``sigma_drift``
+    ``>= 0`` (``inf``: no drift release, as in DP-SGD), ``numel`` an int ``>= 0`` and
+    ``batch_size > 0``; anything else raises a ValueError/TypeError naming it.
+
+    Examples
+    --------
+    >>> stability_floor_beta(2.0, 1.0, 0.1, 1.0, 100, 10.0)   # 2 * (0.1 * 1 * 10 / 10)^2
+    0.020000000000000004
+    """
+    kappa = check_scalar(kappa, "kappa", Interval("real", 0.0, None))
+    drift_clip_scale = check_scalar(drift_clip_scale, "drift_clip_scale",
+                                    Interval("real", 0.0, None))
+    lr_prev = check_scalar(lr_prev, "lr_prev", Interval("real", 0.0, None))
+    if not (isinstance(sigma_drift, float) and sigma_drift == math.inf):
+        sigma_drift = check_scalar(sigma_drift, "sigma_drift", Interval("real", 0.0, None))
+    numel = check_scalar(numel, "numel", Interval("int", 0, None))
+    batch_size = check_scalar(batch_size, "batch_size", _POS)
     if kappa == 0.0 or sigma_drift == 0.0:
         return 0.0
     g = drift_clip_scale * lr_prev * sigma_drift * math.sqrt(numel) / batch_size

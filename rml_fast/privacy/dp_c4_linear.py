@@ -19,8 +19,7 @@ import numpy as np
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-    from sklearn.utils.multiclass import check_classification_targets
-    from sklearn.utils.validation import check_is_fitted, validate_data
+    from sklearn.utils.validation import check_is_fitted
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "DPC4Classifier/DPC4Regressor need scikit-learn: pip install scikit-learn"
@@ -35,6 +34,7 @@ from rml_fast.privacy.dp_c4 import (
     privacy_spent,
     stability_floor_beta,
 )
+from rml_fast.strategic._named_validation import check_targets_named, validate_named
 
 __all__ = ["DPC4Classifier", "DPC4Regressor"]
 
@@ -154,7 +154,7 @@ class _DPC4Linear(BaseEstimator):
 
     def _validate_X_y(self, X: Any, y: Any, *, y_numeric: bool) -> tuple[np.ndarray, np.ndarray]:
         """scikit-learn's input validation; at least 2 samples (the default ``delta = 1/n``)."""
-        return validate_data(self, X, y, dtype=_DTYPES, y_numeric=y_numeric, ensure_min_samples=2)
+        return validate_named(self, X, y, dtype=_DTYPES, y_numeric=y_numeric, ensure_min_samples=2)
 
     def __sklearn_tags__(self) -> Any:
         """scikit-learn tags: dense real input, one target."""
@@ -266,7 +266,7 @@ class _DPC4Linear(BaseEstimator):
 
     def _decision(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "coef_")
-        X = validate_data(self, X, dtype=_DTYPES, reset=False)
+        X = validate_named(self, X, dtype=_DTYPES, reset=False)
         return X @ self.coef_.T + self.intercept_
 
 
@@ -352,7 +352,7 @@ class DPC4Classifier(ClassifierMixin, _DPC4Linear):
         sets ``coef_``, ``intercept_``, ``classes_`` and the privacy attributes. Returns self.
         """
         X, y = self._validate_X_y(X, y, y_numeric=False)
-        check_classification_targets(y)
+        check_targets_named(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         K = self.classes_.shape[0]
         if K < 2:

@@ -45,7 +45,33 @@ class UnsupportedLayerError(TypeError):
 
 @dataclass
 class GemmForm:
-    """``G_i = D_i^T A_i`` written into ``weight.view(p_total, -1)[rows]`` (+ bias rows)."""
+    """``G_i = D_i^T A_i`` written into ``weight.view(p_total, -1)[rows]`` (+ bias rows).
+
+    Parameters
+    ----------
+    weight : torch.nn.Parameter
+        The layer's weight; ``weight.view(p_total, -1)[rows]`` has shape (p, d).
+    A : torch.Tensor of shape (B, S, d)
+        Activations (S positions per sample), finite.
+    D : torch.Tensor of shape (B, S, p)
+        Output gradients, finite.
+    bias : torch.nn.Parameter or None, default=None
+        The bias whose per-sample gradient is ``sum_s D_is``.
+    rows : slice, default=slice(None)
+        The rows of the weight's matrix view this form covers (a group of a grouped conv).
+
+    Built directly, every argument is checked (values, dtypes, shapes, NaN/inf refused); the
+    layer rules build it unchecked from a layer's own activations and gradients (the engine
+    checks the losses and the resulting norms for NaN/inf).
+
+    Examples
+    --------
+    >>> import torch
+    >>> lin = torch.nn.Linear(3, 2)
+    >>> f = GemmForm(lin.weight, torch.ones(4, 1, 3), torch.ones(4, 1, 2), lin.bias)
+    >>> tuple(f.bias_per_sample.shape), len(f.params)
+    ((4, 2), 2)
+    """
 
     weight: nn.Parameter
     A: torch.Tensor  # (B, S, d)
@@ -53,6 +79,38 @@ class GemmForm:
     bias: nn.Parameter | None = None
     rows: slice = field(default_factory=lambda: slice(None))
     _bias_ps: torch.Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        from rml_fast._validation import check_tensor
+
+        check_tensor(self.weight, "weight", nonempty=True)
+        check_tensor(self.A, "A", ndim=3)
+        check_tensor(self.D, "D", ndim=3)
+        if self.bias is not None:
+            check_tensor(self.bias, "bias", ndim=1)
+        if not isinstance(self.rows, slice):
+            raise TypeError(f"rows must be a slice, got {type(self.rows).__name__}")
+        B, S, d = self.A.shape
+        if tuple(self.D.shape[:2]) != (B, S):
+            raise ValueError(f"D must have shape (B, S, p) = ({B}, {S}, p) like A, got "
+                             f"{tuple(self.D.shape)}")
+        block = self.weight.reshape(self.weight.shape[0], -1)[self.rows]
+        if tuple(block.shape) != (self.D.shape[2], d):
+            raise ValueError(f"weight's rows {self.rows} must have shape (p, d) = "
+                             f"({self.D.shape[2]}, {d}) for D and A, got {tuple(block.shape)}")
+        if self.bias is not None and self.bias.shape[0] != self.weight.shape[0]:
+            raise ValueError(f"bias must have shape ({self.weight.shape[0]},) like the rows of "
+                             f"weight, got {tuple(self.bias.shape)}")
+
+    @classmethod
+    def _unchecked(cls, weight: nn.Parameter, A: torch.Tensor, D: torch.Tensor,
+                   bias: nn.Parameter | None = None, rows: slice | None = None) -> GemmForm:
+        """The layer rules' constructor: no checks (the hot path of every step)."""
+        obj = object.__new__(cls)
+        obj.weight, obj.A, obj.D, obj.bias = weight, A, D, bias
+        obj.rows = slice(None) if rows is None else rows
+        obj._bias_ps = None
+        return obj
 
     @property
     def params(self) -> tuple[nn.Parameter, ...]:
@@ -236,7 +294,7 @@ def _linear(module: Any, x: torch.Tensor, dy: torch.Tensor) -> list[Form]:
 def _gemm_forms(module: Any, A: torch.Tensor, D: torch.Tensor) -> list[Form]:
     weight, bias = module.weight, getattr(module, "bias", None)
     if _trainable(weight):
-        return [GemmForm(weight, A, D, bias if _trainable(bias) else None)]
+        return [GemmForm._unchecked(weight, A, D, bias if _trainable(bias) else None)]
     if _trainable(bias):
         return [SampleForm({bias: D.sum(1)})]
     return []
@@ -294,7 +352,7 @@ def _conv_gemm_forms(f: ConvForm) -> list[Form]:
         D = D_all if groups == 1 else D_all[:, :, g * per_out:(g + 1) * per_out]  # (B, L, p)
         rows = slice(g * per_out, (g + 1) * per_out)
         own_bias = bias if groups == 1 and _trainable(bias) else None
-        forms.append(GemmForm(weight, A, D, own_bias, rows))
+        forms.append(GemmForm._unchecked(weight, A, D, own_bias, rows))
     if groups > 1 and _trainable(bias):
         forms.append(SampleForm({bias: D_all.sum(1)}))
     return forms

@@ -21,8 +21,9 @@ round-off in the FFT (absolute ~1e-16 per bucket).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.privacy._pld_compose import _convolve, _self_compose
 from rml_fast.privacy._pld_discretise import (
+    BucketLimitError,
     _directions,
     _gaussian_hockey,
     _gaussian_model,
@@ -239,7 +241,9 @@ class PrivacyLossDistribution:
         )
         h, q, relation, tail = _common_args(h, sampling_prob, relation, tail_mass_truncation)
         estimator = _check_estimator(estimator)
-        return cls._from_model(_gaussian_model(std, sensitivity), h, q, relation, tail, estimator)
+        with _range_named(f"sensitivity={sensitivity!r}, std={std!r}, h={h!r}"):
+            return cls._from_model(_gaussian_model(std, sensitivity), h, q, relation, tail,
+                                   estimator)
 
     @classmethod
     def from_laplace(
@@ -276,15 +280,16 @@ class PrivacyLossDistribution:
         h, q, relation, tail = _common_args(h, sampling_prob, relation, tail_mass_truncation)
         estimator = _check_estimator(estimator)
         model = _laplace_model(b, sensitivity)
-        if q == 1.0:
-            a = sensitivity / b
-            return cls((
-                _pmf_from_cdf(
-                    model.cdf_a, model.sf_a, h, tail, bounds=(-a, a), sf_q=model.sf_b,
-                    estimator=estimator, delta_fn=model.delta_ab,
-                ),
-            ))
-        return cls._from_model(model, h, q, relation, tail, estimator)
+        with _range_named(f"sensitivity={sensitivity!r}, b={b!r}, h={h!r}"):
+            if q == 1.0:
+                a = sensitivity / b
+                return cls((
+                    _pmf_from_cdf(
+                        model.cdf_a, model.sf_a, h, tail, bounds=(-a, a), sf_q=model.sf_b,
+                        estimator=estimator, delta_fn=model.delta_ab,
+                    ),
+                ))
+            return cls._from_model(model, h, q, relation, tail, estimator)
 
     # -- algebra -----------------------------------------------------------------------
     def compose(
@@ -443,9 +448,20 @@ class PrivacyLossDistribution:
         return float(out[0]) if d.ndim == 0 else out
 
 
-def _common_args(h: Any, q: Any, relation: Any, tail: Any) -> tuple[float, float, str, float]:
+@contextlib.contextmanager
+def _range_named(args: str) -> Iterator[None]:
+    """A privacy-loss range too wide for the lattice, reported with the arguments behind it."""
+    try:
+        yield
+    except BucketLimitError as exc:
+        raise BucketLimitError(f"{exc} ({args}: the loss range grows with sensitivity over the "
+                               "noise scale; a smaller ratio or a larger h)") from exc
+
+
+def _common_args(h: Any, q: Any, relation: Any, tail: Any,
+                 h_name: str = "h") -> tuple[float, float, str, float]:
     return (
-        float(check_scalar(h, "h", _H)),
+        float(check_scalar(h, h_name, _H)),
         float(check_scalar(q, "sampling_prob", _Q)),
         _check_relation(relation),
         float(check_scalar(tail, "tail_mass_truncation", _TAIL)),

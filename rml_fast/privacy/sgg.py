@@ -354,7 +354,8 @@ class SGGMechanism:
         PrivacyLossDistribution
         """
         h, q, relation, tail = _common_args(
-            value_discretization_interval, sampling_prob, relation, tail_mass_truncation
+            value_discretization_interval, sampling_prob, relation, tail_mass_truncation,
+            h_name="value_discretization_interval",
         )
         if method not in ("auto", "quadrature"):
             raise ValueError(f"method must be 'auto' or 'quadrature', got {method!r}")
