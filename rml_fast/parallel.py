@@ -93,6 +93,7 @@ def parallel_map(
     progress: bool = False,
     desc: str = "parallel_map",
     ray_options: dict[str, Any] | None = None,
+    on_result: Callable[[int, Any], None] | None = None,
 ) -> list[Any]:
     """``[fn(item) for item in items]`` serially, on an executor or on Ray, in item order.
 
@@ -119,6 +120,10 @@ def parallel_map(
         The bar's label.
     ray_options : dict, optional
         ``.options(...)`` of the Ray task (e.g. ``{"num_cpus": 2}``).
+    on_result : callable, optional
+        ``on_result(i, result)``, called in the calling thread as each item finishes (in
+        completion order), e.g. to checkpoint finished work; an exception it raises stops the
+        map.
 
     Returns
     -------
@@ -155,6 +160,8 @@ def parallel_map(
         raise TypeError(f"seeds must be a bool, got {seeds!r}")
     if ray_options is not None and not isinstance(ray_options, dict):
         raise TypeError(f"ray_options must be a dict or None, got {type(ray_options).__name__}")
+    if on_result is not None and not callable(on_result):
+        raise TypeError(f"on_result must be callable or None, got {type(on_result).__name__}")
     try:
         iterator = iter(items)
     except TypeError:
@@ -168,6 +175,8 @@ def parallel_map(
                        for i, (item, kw) in enumerate(zip(items, kwargs, strict=True))}
             for fut in concurrent.futures.as_completed(futures):
                 out[futures[fut]] = fut.result()
+                if on_result is not None:
+                    on_result(futures[fut], out[futures[fut]])
                 bar.update(1)
         elif backend == "ray":
             import ray
@@ -183,9 +192,13 @@ def parallel_map(
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     out[index[ref]] = ray.get(ref)
+                    if on_result is not None:
+                        on_result(index[ref], out[index[ref]])
                     bar.update(1)
         else:
             for i, (item, kw) in enumerate(zip(items, kwargs, strict=True)):
                 out[i] = fn(item, **kw)
+                if on_result is not None:
+                    on_result(i, out[i])
                 bar.update(1)
     return out

@@ -480,6 +480,68 @@ for _cls in (FallingTreeClassifier, FallingRashomonSet):
     _cls.__doc__ = (_cls.__doc__ or "").replace("{common}", _COMMON_DOC.strip("\n").lstrip())
 
 
+def _sweep_point(rd: tuple[float, int], X: Any, y: Any, sample_weight: Any,
+                 params: dict[str, Any]) -> dict[str, Any]:
+    """One grid point's record (module level: picklable for process pools and Ray)."""
+    r, d = rd
+    rs = FallingRashomonSet(regularization=r, depth_budget=d, **params).fit(X, y, sample_weight)
+    if rs.stats_.get("keyboard_interrupt"):  # the native search returned on Ctrl-C
+        raise KeyboardInterrupt(
+            f"rashomon_sweep interrupted at regularization={r}, depth_budget={d}; "
+            "the finished points are in the checkpoint (if one was given)")
+    return {
+        "regularization": r, "depth_budget": d, "n_trees": rs.n_trees_,
+        "optimal_objective": float(rs.optimal_objective_), "theta": float(rs.theta_),
+        "complete": bool(rs.complete_), "objectives": np.array(rs.objectives_),
+    }
+
+
+def _rashomon_sweep(X: Any, y: Any, regularizations: Any, depth_budgets: Any, *,
+                    sample_weight: Any, checkpoint: Any, backend: Any, progress: Any,
+                    params: dict[str, Any], caller: str) -> list[dict[str, Any]]:
+    """The one implementation behind :func:`rashomon_sweep` and ``grid.rashomon_grid``."""
+    import functools
+
+    from rml_fast._checkpoint import digest, load_checkpoint, save_checkpoint
+    from rml_fast.parallel import _check_backend, parallel_map
+
+    _check_backend(backend)
+    regs = [float(check_scalar(r, "regularizations", Interval("real", 0, None)))
+            for r in np.atleast_1d(np.asarray(regularizations, dtype=object))]
+    depths = [int(check_scalar(d, "depth_budgets", Interval("int", 1, 64)))
+              for d in np.atleast_1d(np.asarray(depth_budgets, dtype=object))]
+    if not regs or not depths:
+        raise ValueError("regularizations and depth_budgets must be non-empty")
+    for bad in ("regularization", "depth_budget", "progress"):
+        if bad in params:
+            raise TypeError(f"{caller} sets {bad!r} itself; do not pass it in params")
+    params = {**params, "progress": False}
+    FallingRashomonSet(**params)  # unknown parameters raise TypeError here, before any fit
+    grid = [(r, d) for r in regs for d in depths]
+    done: dict[tuple[float, int], dict[str, Any]] = {}
+    fingerprint: dict[str, Any] = {}
+    if checkpoint is not None:
+        # the same fingerprint as before the merge: old checkpoints stay valid
+        fingerprint = {
+            "data": digest(np.asarray(X), np.asarray(y),
+                           None if sample_weight is None else np.asarray(sample_weight)),
+            "grid": grid, "params": sorted((k, repr(v)) for k, v in params.items()),
+        }
+        state = load_checkpoint(checkpoint, kind="rashomon_sweep", fingerprint=fingerprint)
+        done = dict(state or {})
+    todo = [p for p in grid if p not in done]
+
+    def finished(i: int, record: dict[str, Any]) -> None:
+        done[todo[i]] = record
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, done, kind="rashomon_sweep", fingerprint=fingerprint)
+
+    fn = functools.partial(_sweep_point, X=X, y=y, sample_weight=sample_weight, params=params)
+    parallel_map(fn, todo, backend=backend, progress=bool(progress), desc="Rashomon sweep",
+                 on_result=finished)
+    return [done[p] for p in grid]
+
+
 def rashomon_sweep(
     X: Any,
     y: Any,
@@ -488,30 +550,40 @@ def rashomon_sweep(
     *,
     sample_weight: Any = None,
     checkpoint: str | None = None,
+    backend: Any = "serial",
     progress: bool = True,
     **params: Any,
 ) -> list[dict[str, Any]]:
     """Fit a :class:`FallingRashomonSet` at every (regularization, depth_budget) of a grid,
-    resumably.
+    resumably, serially or in parallel.
+
+    Each grid point ``(lambda, d)`` is an independent exact search: the Rashomon set
+    ``{t : R(t) + lambda * leaves(t) <= theta}`` with ``regularization=lambda`` and
+    ``depth_budget=d``. The searches are deterministic, so every backend returns the serial
+    result exactly. :func:`rml_fast.trees.grid.rashomon_grid` is the same function (an alias
+    whose ``progress`` defaults to False).
 
     Parameters
     ----------
     X : array-like of shape (n, p), 0/1
     y : array-like of shape (n,), 0/1
     regularizations : sequence of float
-        ``lambda`` values (outer loop).
+        ``lambda`` values >= 0 (outer loop of the grid order).
     depth_budgets : sequence of int
-        Depth budgets (inner loop).
+        Depth budgets in [1, 64] (inner loop).
     sample_weight : array-like of shape (n,), optional
     checkpoint : str or path, optional
-        A file rewritten atomically after every grid point; a call whose ``checkpoint``
-        exists skips the points it holds (same data, grid and parameters, else
-        ``ValueError``), so an interrupted sweep (Ctrl-C, a killed process) continues where
-        it stopped with the same result. A single native search is not resumable: a point
-        interrupted mid-search starts again from scratch (the search's state is a large
-        in-memory DAG of subproblems; bound it with ``time_limit`` / ``memory_limit``).
+        A file rewritten atomically after every finished grid point (in the calling process,
+        whatever the backend); a call whose ``checkpoint`` exists skips the points it holds
+        (same data, grid and parameters, else ``ValueError``), so an interrupted sweep
+        (Ctrl-C, a killed process) continues where it stopped with the same result. A single
+        native search is not resumable: a point interrupted mid-search starts again from
+        scratch (the search's state is a large in-memory DAG of subproblems; bound it with
+        ``time_limit`` / ``memory_limit``).
+    backend : {"serial", "ray"} or concurrent.futures.Executor, default="serial"
+        See :func:`rml_fast.parallel.parallel_map`; one task per grid point still to do.
     progress : bool, default=True
-        A tqdm bar over the grid points.
+        A tqdm bar over the grid points still to do.
     **params
         Other :class:`FallingRashomonSet` parameters (``rashomon_multiplier``, ``max_trees``, ...).
 
@@ -521,6 +593,12 @@ def rashomon_sweep(
         One per grid point, in grid order: ``regularization``, ``depth_budget``, ``n_trees``
         (exact, a Python int), ``optimal_objective``, ``theta``, ``complete`` and
         ``objectives`` (ndarray of the first ``min(n_trees, max_trees)`` objectives, sorted).
+
+    Raises
+    ------
+    ValueError, TypeError
+        On a bad grid, backend, parameter or a checkpoint of another configuration, before
+        any search.
 
     Examples
     --------
@@ -535,46 +613,6 @@ def rashomon_sweep(
     >>> all(r["n_trees"] >= 1 for r in out)
     True
     """
-    from tqdm.auto import tqdm
-
-    from rml_fast._checkpoint import digest, load_checkpoint, save_checkpoint
-
-    regs = [float(check_scalar(r, "regularizations", Interval("real", 0, None)))
-            for r in np.atleast_1d(np.asarray(regularizations, dtype=object))]
-    depths = [int(check_scalar(d, "depth_budgets", Interval("int", 1, 64)))
-              for d in np.atleast_1d(np.asarray(depth_budgets, dtype=object))]
-    if not regs or not depths:
-        raise ValueError("regularizations and depth_budgets must be non-empty")
-    for bad in ("regularization", "depth_budget", "progress"):
-        if bad in params:
-            raise TypeError(f"rashomon_sweep sets {bad!r} itself; do not pass it in params")
-    params = {**params, "progress": False}
-    FallingRashomonSet(**params)  # unknown parameters raise TypeError here, before any fit
-    grid = [(r, d) for r in regs for d in depths]
-    fingerprint = {
-        "data": digest(np.asarray(X), np.asarray(y),
-                       None if sample_weight is None else np.asarray(sample_weight)),
-        "grid": grid, "params": sorted((k, repr(v)) for k, v in params.items()),
-    }
-    done: dict[tuple[float, int], dict[str, Any]] = {}
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint, kind="rashomon_sweep", fingerprint=fingerprint)
-        done = dict(state or {})
-    out = []
-    for r, d in tqdm(grid, desc="Rashomon sweep", disable=not progress):
-        if (r, d) not in done:
-            rs = FallingRashomonSet(regularization=r, depth_budget=d, **params).fit(
-                X, y, sample_weight)
-            if rs.stats_.get("keyboard_interrupt"):  # the native search returned on Ctrl-C
-                raise KeyboardInterrupt(
-                    f"rashomon_sweep interrupted at regularization={r}, depth_budget={d}; "
-                    "the finished points are in the checkpoint")
-            done[(r, d)] = {
-                "regularization": r, "depth_budget": d, "n_trees": rs.n_trees_,
-                "optimal_objective": float(rs.optimal_objective_), "theta": float(rs.theta_),
-                "complete": bool(rs.complete_), "objectives": np.array(rs.objectives_),
-            }
-            if checkpoint is not None:
-                save_checkpoint(checkpoint, done, kind="rashomon_sweep", fingerprint=fingerprint)
-        out.append(done[(r, d)])
-    return out
+    return _rashomon_sweep(X, y, regularizations, depth_budgets, sample_weight=sample_weight,
+                           checkpoint=checkpoint, backend=backend, progress=progress,
+                           params=params, caller="rashomon_sweep")
