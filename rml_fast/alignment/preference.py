@@ -117,7 +117,8 @@ def _resolve_hp(kind: str, hp: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_vec(x: Any, name: str, b: int | None, *, finite: bool = True) -> torch.Tensor:
+def _check_vec(x: Any, name: str, b: int | None, *, finite: bool = True,
+               like: str = "zw") -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B,), got {type(x).__name__}")
     if x.device.type == "meta":
@@ -125,7 +126,7 @@ def _check_vec(x: Any, name: str, b: int | None, *, finite: bool = True) -> torc
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if x.ndim != 1 or (b is not None and x.shape[0] != b):
-        want = "(B,)" if b is None else f"({b},) like zw"
+        want = "(B,)" if b is None else f"({b},) like {like}"
         raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
     if finite and not bool(torch.isfinite(x.detach()).all()):
         bad = int((~torch.isfinite(x.detach())).nonzero()[0, 0])
@@ -621,7 +622,7 @@ class RewardCalibrator:
         """
         eps = self.eps
         _check_vec(d_w, "d_w", None, finite=False)
-        _check_vec(d_l, "d_l", d_w.shape[0], finite=False)
+        _check_vec(d_l, "d_l", d_w.shape[0], finite=False, like="d_w")
         if geometry is None and self.state["log_sw"] is None:
             raise ValueError("the first calibrated step needs the score geometry")
         log_dw = self._ema("log_dw", math.log(max(float(d_w.mean()), eps)))

@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.base import clone
 from tqdm.auto import tqdm
 
+from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.fairness._compatibility_metrics import evaluate_metrics
 
 MASKINGS = ("interventional", "baseline", "retrain")
@@ -50,6 +51,23 @@ class MetricGame:
                  masking: str, background: np.ndarray, positive: Any,
                  train: tuple[np.ndarray, np.ndarray] | None, chunk_rows: int,
                  progress: bool, tabulate: bool | str = "auto", max_table: int = 1 << 16) -> None:
+        X = check_array(X, "X", ndim=2)
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"X must have at least one row and one column, got shape {X.shape}")
+        background = check_array(background, "background", ndim=2)
+        if background.shape[0] < 1 or background.shape[1] != X.shape[1]:
+            raise ValueError(f"background must have shape (n_bg >= 1, {X.shape[1]}) (the columns "
+                             f"of X), got {background.shape}")
+        y01 = check_array(y01, "y01", dtypes=None, ndim=1)
+        if y01.shape[0] != X.shape[0]:
+            raise ValueError(f"y01 must have shape ({X.shape[0]},) (one label per row of X), got "
+                             f"{y01.shape}")
+        groups = np.asarray(groups)
+        if groups.shape != (X.shape[0],):
+            raise ValueError(f"groups must have shape ({X.shape[0]},) (one per row of X), got "
+                             f"{groups.shape}")
+        chunk_rows = check_scalar(chunk_rows, "chunk_rows", Interval("int", 1, None))
+        max_table = check_scalar(max_table, "max_table", Interval("int", 1, None))
         self.model, self.X, self.y, self.groups = model, X, y01, groups
         self.metrics, self.players, self.masking = metrics, players, masking
         self.background, self.positive, self.train = background, positive, train
@@ -107,9 +125,22 @@ class MetricGame:
         """Whether scores are looked up in a table of grid predictions (discrete features)."""
         return self._table is not None
 
+    def _coalitions(self, coalitions: Any) -> np.ndarray:
+        """``coalitions`` as a bool array of shape (B, d), checked (named in the errors)."""
+        c = check_array(coalitions, "coalitions", dtypes=None, ndim=2)
+        if c.shape[1] != self.n_players:
+            raise ValueError(f"coalitions must have shape (B, {self.n_players}) (one column per "
+                             f"player), got {c.shape}")
+        if c.dtype != bool:
+            if not np.all((c == 0) | (c == 1)):
+                raise ValueError("coalitions must be boolean player masks (or 0/1 values)")
+            c = c.astype(bool)
+        return c
+
     def feature_masks(self, coalitions: np.ndarray) -> np.ndarray:
         """Player masks ``(B, d)`` -> feature masks ``(B, p)`` (a feature is kept if any player
         holding it is in the coalition)."""
+        coalitions = self._coalitions(coalitions)
         fm = np.zeros((coalitions.shape[0], self.n_features), dtype=bool)
         for i, cols in enumerate(self.players):
             fm[:, cols] |= coalitions[:, i : i + 1]

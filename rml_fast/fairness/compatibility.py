@@ -33,10 +33,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils import ClassifierTags, Tags
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
+from rml_fast.fairness._checks import check_targets, validate_Xy
 from rml_fast.fairness._compatibility_game import MASKINGS, MetricGame
 from rml_fast.fairness._compatibility_kernels import (
     moebius_inplace,
@@ -91,14 +92,26 @@ def _check_labels(y: Any, n: int) -> tuple[np.ndarray, np.ndarray, Any]:
     return y_arr, (y_arr == classes[1]).astype(np.int64), classes[1]
 
 
-def _check_sensitive(sensitive: Any, n: int) -> np.ndarray:
-    a = np.asarray(sensitive)
+def _check_sensitive(sensitive: Any, n: int, name: str = "sensitive") -> np.ndarray:
+    if hasattr(sensitive, "detach") and hasattr(sensitive, "cpu"):  # torch tensor
+        raise TypeError(f"{name} must be a NumPy array-like, got a torch tensor; call .numpy()")
+    try:
+        a = np.asarray(sensitive)
+    except Exception as exc:  # ragged lists and the like
+        raise TypeError(f"{name} must be array-like, got {type(sensitive).__name__}") from exc
     if a.ndim != 1 or a.shape[0] != n:
-        raise ValueError(f"sensitive must have shape ({n},) (one group label per row), got "
+        raise ValueError(f"{name} must have shape ({n},) (one group label per row), got "
                          f"{a.shape}")
-    _, codes = np.unique(a, return_inverse=True)
+    if a.dtype.kind == "c":
+        raise TypeError(f"{name} must hold group labels, got complex dtype {a.dtype}")
+    if a.dtype.kind == "f" and np.isnan(a).any():
+        raise ValueError(f"{name} must not contain NaN group labels")
+    try:
+        _, codes = np.unique(a, return_inverse=True)
+    except TypeError as exc:  # unorderable object labels
+        raise TypeError(f"{name} must hold sortable group labels: {exc}") from exc
     if codes.max(initial=0) < 1:
-        raise ValueError("sensitive must hold at least two groups, got a single group "
+        raise ValueError(f"{name} must hold at least two groups, got a single group "
                          f"{a[0]!r}")
     return codes.astype(np.int64)
 
@@ -889,15 +902,17 @@ class MetricCompatibility(BaseEstimator):
         """
         from sklearn.linear_model import LogisticRegression
 
-        X_arr, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
-                                 ensure_min_samples=2)
+        X_arr, y = validate_Xy(self, X, y, dtype=[np.float64, np.float32],
+                               ensure_min_samples=2)
         n, p = X_arr.shape
+        check_targets(y)
         _check_labels(y, n)
         if sensitive_features is None:
             col = int(check_scalar(self.sensitive_column, "sensitive_column",
                                    Interval("int", 0, p - 1)))
             sensitive = X_arr[:, col] > np.median(X_arr[:, col])
         else:
+            _check_sensitive(sensitive_features, n, "sensitive_features")
             sensitive = sensitive_features
         players = _check_players(self.players, p)
         d = len(players)

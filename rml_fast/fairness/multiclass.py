@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.exceptions import ConvergenceWarning, InfeasibleError
+from rml_fast.fairness._checks import check_targets, validate_X, validate_Xy
 from rml_fast.fairness._multiclass_dual import fista_dual, lbfgs_dual, softmax_scores
 
 __all__ = [
@@ -406,6 +406,7 @@ def fairness_frontier(proba: Any, y: Any, sensitive_features: Any, xis: Any,
     >>> bool(fr["acc"][0] <= fr["acc"][1] <= fr["acc"][2] + 1e-9)
     True
     """
+    proba = _check_proba(proba, "proba")
     xis = np.atleast_1d(np.asarray(xis, dtype=np.float64))
     for x in xis:
         _check_xi(float(x))
@@ -646,7 +647,7 @@ class OptFairPostProcessor(ClassifierMixin, BaseEstimator):
         if self._passthrough():
             P = self._base_proba(X, reset=True)
             y = np.asarray(y)
-            check_classification_targets(y)
+            check_targets(y)
             if y.ndim != 1 or y.shape[0] != P.shape[0]:
                 raise ValueError(f"y must have shape ({P.shape[0]},), got {y.shape}")
             self.classes_ = np.arange(P.shape[1])
@@ -655,8 +656,8 @@ class OptFairPostProcessor(ClassifierMixin, BaseEstimator):
             y_idx = y.astype(np.int64)
             Xv = P
         else:
-            Xv, y = validate_data(self, X, y)
-            check_classification_targets(y)
+            Xv, y = validate_Xy(self, X, y)
+            check_targets(y)
             if sample_weight is not None:
                 sample_weight = _check_sample_weight(sample_weight, Xv)
             base = self.estimator if self.estimator is not None else _default_estimator()
@@ -727,7 +728,7 @@ class OptFairPostProcessor(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "lambda_")
         if not self._passthrough():
-            X = validate_data(self, X, reset=False)
+            X = validate_X(self, X)
         P = self._base_proba(X, reset=False)
         gp = self._group_proba(X, P, sensitive_features, group_proba, fitting=False)
         if gp is None:
@@ -869,8 +870,8 @@ class OptFairInProcessing(ClassifierMixin, BaseEstimator):
         if any(int(h) < 1 for h in self.hidden_layer_sizes):
             raise ValueError(f"hidden_layer_sizes must hold ints >= 1, got "
                              f"{self.hidden_layer_sizes!r}")
-        X, y = validate_data(self, X, y)
-        check_classification_targets(y)
+        X, y = validate_Xy(self, X, y)
+        check_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         K = self.classes_.size
         if K < 2:
@@ -958,7 +959,7 @@ class OptFairInProcessing(ClassifierMixin, BaseEstimator):
         ndarray of shape (n, K)
         """
         check_is_fitted(self, "lambda_")
-        X = validate_data(self, X, reset=False)
+        X = validate_X(self, X)
         return self._proba(X)
 
     def predict(self, X):
@@ -1076,8 +1077,8 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         check_scalar(self.refine_iter, "refine_iter", Interval("int", 0, None))
         if self.bound is not None:
             check_scalar(self.bound, "bound", Interval("real", 0, None, closed="neither"))
-        X, y = validate_data(self, X, y)
-        check_classification_targets(y)
+        X, y = validate_Xy(self, X, y)
+        check_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         K = self.classes_.size
         if K < 2:
@@ -1171,7 +1172,7 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         ndarray of shape (n, K)
         """
         check_is_fitted(self, "estimators_")
-        X = validate_data(self, X, reset=False)
+        X = validate_X(self, X)
         K = self.classes_.size
         H = np.zeros((X.shape[0], K))
         for wt, est in zip(self.weights_, self.estimators_, strict=True):

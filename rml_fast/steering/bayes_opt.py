@@ -82,8 +82,15 @@ def log_expected_improvement(mean: np.ndarray, std: np.ndarray, best: float) -> 
     >>> float(np.exp(log_expected_improvement(np.array([0.0]), np.array([1.0]), 0.0))[0])
     0.3989422804014327
     """
-    mean = np.asarray(mean, dtype=np.float64)
-    std = np.asarray(std, dtype=np.float64)
+    mean = check_array(mean, "mean", ndim=1)
+    std = check_array(std, "std", ndim=1)
+    if std.shape != mean.shape:
+        raise ValueError(f"std must have the shape of mean {mean.shape}, got {std.shape}")
+    if (std < 0).any():
+        raise ValueError("std must be >= 0 (a posterior standard deviation)")
+    best = check_scalar(best, "best", Interval("real", None, None))
+    mean = mean.astype(np.float64, copy=False)
+    std = std.astype(np.float64, copy=False)
     out = np.full(mean.shape, -np.inf)
     pos = std > 0
     z = (mean[pos] - best) / std[pos]
@@ -191,7 +198,7 @@ class GaussianProcess1D:
 
     def predict(self, xq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the latent ``f + c`` at ``xq`` (k,)."""
-        xq = np.asarray(xq, dtype=np.float64)
+        xq = check_array(xq, "xq", ndim=1).astype(np.float64, copy=False)
         length, s2, c = math.exp(self.theta_[0]), math.exp(self.theta_[1]), self.theta_[3]
         Ks = s2 * matern52(xq, self.x_, length)
         mean = c + Ks @ self.alpha_
@@ -222,6 +229,21 @@ class BOResult:
     Y: np.ndarray
     metrics: np.ndarray | None = None
     gp_params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.x_best = check_scalar(self.x_best, "x_best", Interval("real", None, None))
+        self.y_best = check_scalar(self.y_best, "y_best", Interval("real", None, None))
+        self.X = check_array(self.X, "X", ndim=1)
+        self.Y = check_array(self.Y, "Y", ndim=1)
+        if self.Y.shape != self.X.shape:
+            raise ValueError(f"Y must have the shape of X {self.X.shape}, got {self.Y.shape}")
+        if self.metrics is not None:
+            self.metrics = check_array(self.metrics, "metrics", ndim=2)
+            if self.metrics.shape[0] != self.X.shape[0]:
+                raise ValueError(f"metrics must have one row per entry of X ({self.X.shape[0]}), "
+                                 f"got shape {self.metrics.shape}")
+        if not isinstance(self.gp_params, dict):
+            raise TypeError(f"gp_params must be a dict, got {type(self.gp_params).__name__}")
 
 
 def _check_prior(prior: Any) -> tuple[float, float] | None:

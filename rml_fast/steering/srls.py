@@ -581,6 +581,8 @@ class SAEDecoderAdapter:
         if layout not in ("dm", "md"):
             raise ValueError(f"layout must be 'dm' or 'md', got {layout!r}")
         W = check_array(W_dec, "W_dec", ndim=2)
+        if W.size == 0:
+            raise ValueError(f"W_dec must hold at least one atom of one dimension, got shape {W.shape}")
         return cls(W if layout == "dm" else W.T, b_dec)
 
     @classmethod

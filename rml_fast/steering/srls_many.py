@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rml_fast._validation import check_rng
 from rml_fast.parallel import _check_backend, parallel_map
 from rml_fast.steering.srls import SRLS
 
@@ -84,6 +85,7 @@ def srls_many(
     _check_backend(backend)
     if "rng" in params:
         raise TypeError("srls_many derives each concept's rng from rng=; do not pass it twice")
+    check_rng(rng, "rng")  # validation only: parallel_map derives the seeds from rng itself
     SRLS(**params).get_params()  # unknown parameters raise TypeError here, before any fit
     if isinstance(concepts, Mapping):
         names: list[Any] | None = list(concepts)
