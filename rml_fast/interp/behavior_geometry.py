@@ -667,8 +667,8 @@ def layerwise_rsa(
     True
     """
     H = check_array(hidden, "hidden", dtypes=(np.float64,), ndim=3)
-    if H.ndim != 3:
-        raise ValueError(f"hidden must have shape (n, L, d), got {H.shape}")
+    if H.ndim != 3 or H.shape[0] < 2 or 0 in H.shape:
+        raise ValueError(f"hidden must have shape (n, L, d) with n >= 2, L, d >= 1, got {H.shape}")
     S = check_array(S_behav, "S_behav", dtypes=(np.float64,), ndim=2)
     n = H.shape[0]
     if S.shape != (n, n):

@@ -44,7 +44,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar, check_tensor
-from rml_fast.interp._checks import not_meta
+from rml_fast.interp._checks import naming, not_meta
 from rml_fast.interp._head_stability_measures import (
     MEASURES,
     VECTOR_MEASURES,
@@ -1078,7 +1078,8 @@ class StabilityStudy:
         if not isinstance(cfg, TinyConfig):
             raise TypeError(f"cfg must be a TinyConfig, got {type(cfg).__name__}")
         if isinstance(task, str):
-            task = make_task(task, **(task_kwargs or {}))
+            with naming("task"):
+                task = make_task(task, **(task_kwargs or {}))
         elif task_kwargs:
             raise ValueError("task_kwargs is only used with a task name")
         if not isinstance(task, Task):
