@@ -51,6 +51,8 @@ def _validate(
     for x, name in ((delta, "delta"), (mask, "mask"), (base, "base")):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.device.type == "meta":
+            raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if delta.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"delta must be float32 or float64, got {delta.dtype}")
     if base.dtype != delta.dtype:
@@ -62,10 +64,14 @@ def _validate(
         )
     s_tot, n, k = delta.shape if source_first else (delta.shape[1], delta.shape[0], delta.shape[2])
     if mask.shape[0] != n or mask.shape[1] > s_tot:
-        raise ValueError(f"mask must have shape (N={n}, S<={s_tot}, J), got {tuple(mask.shape)}")
+        raise ValueError(
+            f"mask must have shape (N={n}, S<={s_tot}, J) with N and S_tot from delta, got "
+            f"mask of shape {tuple(mask.shape)} and delta of shape {tuple(delta.shape)}"
+        )
     if base.shape != (mask.shape[2], k):
         raise ValueError(
-            f"base must have shape (J={mask.shape[2]}, K={k}), got {tuple(base.shape)}"
+            f"base must have shape (J={mask.shape[2]}, K={k}) with J from mask and K from "
+            f"delta, got base of shape {tuple(base.shape)}"
         )
     if mask.dtype not in (torch.bool, torch.uint8):
         raise TypeError(f"mask must be bool or uint8, got {mask.dtype}")

@@ -50,11 +50,44 @@ _FLOATS = (torch.float32, torch.float64)
 def _check_tensor(x: Any, name: str, ndim: int) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if x.dtype not in _FLOATS:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
     if x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     return x
+
+
+def _check_ghost_args(A: Any, D: Any, A2: Any, D2: Any) -> tuple[Any, Any, Any, Any]:
+    """The input checks of the ghost-norm functions (tensors with values, dtypes, shapes)."""
+    A = _check_tensor(A, "A", 3)
+    D = _check_tensor(D, "D", 3)
+    if (A2 is None) != (D2 is None):
+        raise ValueError("A2 and D2 must be given together")
+    if D.dtype != A.dtype or D.shape[:2] != A.shape[:2]:
+        raise ValueError(
+            f"D must have A's dtype and leading shape (B, S)={tuple(A.shape[:2])}, "
+            f"got {D.dtype} {tuple(D.shape)}"
+        )
+    if D.device != A.device:
+        raise ValueError(f"A and D must be on the same device, got {A.device} and {D.device}")
+    if A2 is not None and D2 is not None:
+        A2 = _check_tensor(A2, "A2", 3)
+        D2 = _check_tensor(D2, "D2", 3)
+        if A2.dtype != A.dtype or A2.shape[0] != A.shape[0] or A2.shape[2] != A.shape[2]:
+            raise ValueError(
+                f"A2 must be of shape (B, S2, {A.shape[2]}) with A's dtype and batch size, "
+                f"got {A2.dtype} {tuple(A2.shape)}"
+            )
+        if D2.dtype != A.dtype or D2.shape[:2] != A2.shape[:2] or D2.shape[2] != D.shape[2]:
+            raise ValueError(
+                f"D2 must be of shape {tuple(A2.shape[:2])} + ({D.shape[2]},) with A's dtype "
+                f"(from A2 and D), got {D2.dtype} {tuple(D2.shape)}"
+            )
+        if A2.device != A.device or D2.device != A.device:
+            raise ValueError("A2 and D2 must be on A's device")
+    return A, D, A2, D2
 
 
 def _device(x: torch.Tensor) -> Device:
@@ -119,22 +152,7 @@ def ghost_norm_sq(
     >>> bool(torch.allclose(ghost_norm_sq(A, D), G.square().sum((1, 2))))
     True
     """
-    A = _check_tensor(A, "A", 3)
-    D = _check_tensor(D, "D", 3)
-    if (A2 is None) != (D2 is None):
-        raise ValueError("A2 and D2 must be given together")
-    if D.dtype != A.dtype or D.shape[:2] != A.shape[:2]:
-        raise ValueError(
-            f"D must have A's dtype and leading shape (B, S)={tuple(A.shape[:2])}, "
-            f"got {D.dtype} {tuple(D.shape)}"
-        )
-    if A2 is not None and D2 is not None:
-        A2 = _check_tensor(A2, "A2", 3)
-        D2 = _check_tensor(D2, "D2", 3)
-        if A2.dtype != A.dtype or A2.shape[0] != A.shape[0] or A2.shape[2] != A.shape[2]:
-            raise ValueError(f"A2 must be of shape (B, S2, {A.shape[2]}) with A's dtype")
-        if D2.dtype != A.dtype or D2.shape[:2] != A2.shape[:2] or D2.shape[2] != D.shape[2]:
-            raise ValueError(f"D2 must be of shape {tuple(A2.shape[:2])} + ({D.shape[2]},)")
+    A, D, A2, D2 = _check_ghost_args(A, D, A2, D2)
     return _ghost(A, D, A2, D2, device=_device(A), backend=backend)
 
 
@@ -144,7 +162,11 @@ def ghost_norm_sq_reference(
     A2: torch.Tensor | None = None,
     D2: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Torch twin of :func:`ghost_norm_sq` (float64 Grams); returns shape (B,), float64."""
+    """Torch twin of :func:`ghost_norm_sq` (float64 Grams); returns shape (B,), float64.
+
+    Same input checks as :func:`ghost_norm_sq`.
+    """
+    A, D, A2, D2 = _check_ghost_args(A, D, A2, D2)
     A, D = A.double(), D.double()
     A2 = A if A2 is None else A2.double()
     D2 = D if D2 is None else D2.double()
@@ -182,18 +204,9 @@ def ghost_norm_sq_blas(
     >>> bool(torch.allclose(ghost_norm_sq_blas(A, D), ghost_norm_sq_reference(A, D)))
     True
     """
-    A = _check_tensor(A, "A", 3)
-    D = _check_tensor(D, "D", 3)
-    if (A2 is None) != (D2 is None):
-        raise ValueError("A2 and D2 must be given together")
-    A2 = A if A2 is None else _check_tensor(A2, "A2", 3)
-    D2 = D if D2 is None else _check_tensor(D2, "D2", 3)
-    if D.dtype != A.dtype or D.shape[:2] != A.shape[:2]:
-        raise ValueError(f"D must have A's dtype and leading shape {tuple(A.shape[:2])}")
-    if A2.dtype != A.dtype or D2.dtype != A.dtype or A2.shape[0] != A.shape[0] \
-            or D2.shape[:2] != A2.shape[:2] or A2.shape[2] != A.shape[2] \
-            or D2.shape[2] != D.shape[2]:
-        raise ValueError("A2, D2 must match A, D in dtype, batch and feature sizes")
+    A, D, A2, D2 = _check_ghost_args(A, D, A2, D2)
+    A2 = A if A2 is None else A2
+    D2 = D if D2 is None else D2
     max_scratch = int(check_scalar(max_scratch, "max_scratch", Interval("int", 1, None)))
     B, S, S2 = A.shape[0], A.shape[1], A2.shape[1]
     out = torch.empty(B, dtype=torch.float64, device=A.device)

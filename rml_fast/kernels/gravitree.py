@@ -99,6 +99,20 @@ class GraviTreeProblem:
     memory_limit: float = 0.0  # MiB of search state; <= 0: none
     n_threads: int = 1
 
+    def __post_init__(self) -> None:
+        # the arrays the search reads: checked once here (prepare_problem builds valid ones)
+        xu = check_array(self.xu, "xu", dtypes=(np.uint8,), ndim=2)
+        m = xu.shape[0]
+        for name in ("pos", "tot"):
+            arr = check_array(getattr(self, name), name, dtypes=(np.float64,), ndim=1)
+            if arr.shape[0] != m:
+                raise ValueError(f"{name} must have {m} entries (rows of xu), got {arr.shape[0]}")
+            if (arr < 0).any():
+                raise ValueError(f"{name} must be non-negative")
+            object.__setattr__(self, name, arr)
+        object.__setattr__(self, "xu", xu)
+        check_scalar(self.total_weight, "total_weight", Interval("real", 0, None))
+
 
 def prepare_problem(
     X: Any,
@@ -265,16 +279,35 @@ class GraviTreeResult:
         n_features: int,
         count_without: Callable[[int], int] | None = None,
     ) -> None:
-        self.optimal_objective = float(optimal_objective)
-        self.theta = float(theta)
-        self.n_trees = int(n_trees)
+        self.optimal_objective = _real_or_inf(optimal_objective, "optimal_objective")
+        self.theta = _real_or_inf(theta, "theta")
+        self.n_trees = int(check_scalar(n_trees, "n_trees", Interval("int", 0, None)))
+        if not isinstance(complete, (bool, np.bool_)):
+            raise TypeError(f"complete must be a bool, got {type(complete).__name__}")
         self.complete = bool(complete)
+        if not isinstance(stats, dict):
+            raise TypeError(f"stats must be a dict, got {type(stats).__name__}")
         self.stats = dict(stats)
-        self.max_trees = int(max_trees)
-        self.n_features = int(n_features)
+        self.max_trees = int(check_scalar(max_trees, "max_trees", Interval("int", 0, None)))
+        self.n_features = int(check_scalar(n_features, "n_features", Interval("int", 0, None)))
+        if not callable(getter):
+            raise TypeError(f"getter must be callable, got {type(getter).__name__}")
+        if count_without is not None and not callable(count_without):
+            raise TypeError(f"count_without must be callable or None, got {type(count_without).__name__}")
         self._getter = getter
         self._count_without = count_without
-        self._record_objectives = np.asarray(record_objectives, dtype=np.float64)
+        self._record_objectives = check_array(
+            record_objectives, "record_objectives", dtypes=(np.float64,), ndim=1
+        )
+        if isinstance(record_counts, (str, bytes)) or not hasattr(record_counts, "__len__"):
+            raise TypeError(
+                f"record_counts must be a sequence of ints, got {type(record_counts).__name__}"
+            )
+        counts = np.asarray(record_counts)
+        if counts.ndim != 1 or (counts.size and counts.dtype.kind not in "iu"):
+            raise TypeError(f"record_counts must be a sequence of ints, got {record_counts!r:.80}")
+        if counts.size and (counts < 0).any():
+            raise ValueError("record_counts must be non-negative")
         self._record_counts = list(record_counts)
         self._objectives: np.ndarray | None = None
 
@@ -315,9 +348,27 @@ class GraviTreeResult:
         leaves), ``priority``/``second`` (int32 child node ids, -1 at leaves), ``risk``
         (float64 pooled risk of each node's support), ``objective`` and ``loss`` (floats).
         """
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"i must be an int tree index, got {type(i).__name__} {i!r}")
         if not 0 <= i < self.n_trees:
-            raise IndexError(f"tree index {i} out of range for a set of {self.n_trees} trees")
-        return self._getter(i)
+            raise _TreeIndexError(
+                f"tree index i={i} out of range for a set of {self.n_trees} trees"
+            )
+        return self._getter(int(i))
+
+
+class _TreeIndexError(IndexError, ValueError):
+    """A tree index out of range (both an ``IndexError`` and a ``ValueError``)."""
+
+
+def _real_or_inf(v: Any, name: str) -> float:
+    """A real number or +-inf (not NaN, not a non-number), as a float."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number or inf, got {type(v).__name__} {v!r}")
+    v = float(v)
+    if math.isnan(v):
+        raise ValueError(f"{name} must be a real number or inf, got nan")
+    return v
 
 
 def canonical_string(tree: dict[str, Any], node: int = 0, oriented: bool = False) -> str:

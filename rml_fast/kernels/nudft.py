@@ -98,14 +98,7 @@ class FrequencyGrid:
     _weights: torch.Tensor
 
     def __init__(self, dim: int, max_freq: Any, resolution: Any) -> None:
-        dim = int(check_scalar(dim, "dim", Interval("int", 1, 2)))
-        mf = _per_axis(max_freq, "max_freq", dim)
-        res = _per_axis(resolution, "resolution", dim)
-        K = []
-        for i in range(dim):
-            if res[i] > mf[i]:
-                raise ValueError(f"resolution[{i}]={res[i]} must not exceed max_freq[{i}]={mf[i]}")
-            K.append(round(mf[i] / res[i]))
+        dim, mf, res, K = _grid_args(dim, max_freq, resolution)
         object.__setattr__(self, "dim", dim)
         object.__setattr__(self, "max_freq", mf)
         object.__setattr__(self, "resolution", res)
@@ -134,11 +127,22 @@ class FrequencyGrid:
         return self._weights.clone()
 
     def xi_as(self, like: torch.Tensor) -> torch.Tensor:
-        """``xi`` of shape (F, d) with the dtype and device of ``like``."""
+        """``xi`` of shape (F, d) with the dtype and device of ``like``.
+
+        ``like`` must be a finite floating-point tensor holding values (not on the ``meta``
+        device); a ValueError/TypeError naming ``like`` is raised otherwise.
+        """
+        _check_like(like)
+        return self._xi.to(dtype=like.dtype, device=like.device)
+
+    def _xi_like(self, like: torch.Tensor) -> torch.Tensor:
+        """:meth:`xi_as` without the checks (internal callers, activations of any value)."""
         return self._xi.to(dtype=like.dtype, device=like.device)
 
     def weights_as(self, like: torch.Tensor) -> torch.Tensor:
-        """``weights`` of shape (F,) with the dtype and device of ``like``."""
+        """``weights`` of shape (F,) with the dtype and device of ``like`` (checked as in
+        :meth:`xi_as`)."""
+        _check_like(like)
         return self._weights.to(dtype=like.dtype, device=like.device)
 
     @property
@@ -163,6 +167,46 @@ class FrequencyGrid:
         return hash((self.K, self.resolution))
 
 
+# largest number of frequencies per axis (2 K + 1): a larger grid cannot be allocated anyway
+_MAX_K = 1 << 24
+
+
+def _grid_args(
+    dim: Any, max_freq: Any, resolution: Any,
+    names: tuple[str, str, str] = ("dim", "max_freq", "resolution"),
+) -> tuple[int, tuple[float, ...], tuple[float, ...], list[int]]:
+    """Validated ``(dim, max_freq, resolution, K)`` of a :class:`FrequencyGrid`; errors name
+    the caller's arguments ``names`` (e.g. a layer's ``spatial_dim`` / ``freq_resolution``)."""
+    n_dim, n_mf, n_res = names
+    d = int(check_scalar(dim, n_dim, Interval("int", 1, 2)))
+    mf = _per_axis(max_freq, n_mf, d)
+    res = _per_axis(resolution, n_res, d)
+    K = []
+    for i in range(d):
+        if res[i] > mf[i]:
+            raise ValueError(
+                f"{n_res}[{i}]={res[i]} must not exceed {n_mf}[{i}]={mf[i]}"
+            )
+        k = mf[i] / res[i]
+        if not k <= _MAX_K:
+            raise ValueError(
+                f"{n_mf}[{i}] / {n_res}[{i}] = {k:.3g} frequencies per axis exceeds "
+                f"{_MAX_K}; got {n_mf}={mf[i]!r}, {n_res}={res[i]!r}"
+            )
+        K.append(round(k))
+    return d, mf, res, K
+
+
+def _check_like(like: Any) -> None:
+    if not isinstance(like, torch.Tensor):
+        raise TypeError(f"like must be a torch.Tensor, got {type(like).__name__}")
+    if like.device.type == "meta":
+        raise ValueError("like must hold values, got a tensor on the 'meta' device")
+    if not like.is_floating_point():
+        raise TypeError(f"like must have a real floating-point dtype, got {like.dtype}")
+    _check_finite(like, "like")
+
+
 def _per_axis(value: Any, name: str, dim: int) -> tuple[float, ...]:
     if isinstance(value, (list, tuple)):
         if len(value) != dim:
@@ -182,6 +226,8 @@ def _per_axis(value: Any, name: str, dim: int) -> tuple[float, ...]:
 def _check_tensor(t: Any, name: str, ndim: int, *, complex_ok: bool = False) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if t.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
     ok = (torch.float32, torch.float64) + (
@@ -217,6 +263,12 @@ def _check_finite(t: torch.Tensor, name: str) -> None:
         raise ValueError(
             f"{name} must be finite, got {int(bad.sum())} NaN/inf entries (first at index {first})"
         )
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
 
 
 def _check_grid(grid: Any) -> FrequencyGrid:
@@ -493,7 +545,7 @@ def _theta(x: torch.Tensor, grid: FrequencyGrid) -> torch.Tensor:
         check_memory(3 * b * n * f * x.element_size(),
                      f"the materialised (B, N, F) = ({b}, {n}, {f}) phases of the reference NUDFT",
                      hint="use backend='native' or 'auto', which never materialise them")
-    cyc = torch.einsum("bnd,fd->bnf", x, grid.xi_as(x))
+    cyc = torch.einsum("bnd,fd->bnf", x, grid._xi.to(dtype=x.dtype, device=x.device))
     cyc = cyc - torch.round(cyc).detach()
     return (2 * math.pi) * cyc
 
@@ -650,9 +702,11 @@ def nudft_type1(
     v = _check_tensor(v, "v", 3, complex_ok=True)
     if v.shape[:2] != x.shape[:2]:
         raise ValueError(
-            f"v must have shape (B, N, C) = ({x.shape[0]}, {x.shape[1]}, C), got {tuple(v.shape)}"
+            f"v must have shape (B, N, C) = ({x.shape[0]}, {x.shape[1]}, C) like x, "
+            f"got v of shape {tuple(v.shape)} and x of shape {tuple(x.shape)}"
         )
     _same(x, v, "x", "v")
+    _check_bool(density, "density")
     if sign not in (-1, 1):
         raise ValueError(f"sign must be -1 or 1, got {sign!r}")
     backend = _check_backend(backend)
@@ -708,20 +762,29 @@ def nudft_type2(
     [3.0, 3.0]
     """
     grid = _check_grid(grid)
+    return _type2_checked(x, coeffs, grid, weights, sign, backend, "coeffs")
+
+
+def _type2_checked(x, coeffs, grid, weights, sign, backend, coeffs_name):
+    """:func:`nudft_type2` after the grid check; errors about ``coeffs`` name ``coeffs_name``."""
     x = _check_points(x, grid, "x")
-    coeffs = _check_tensor(coeffs, "coeffs", 3, complex_ok=True)
+    coeffs = _check_tensor(coeffs, coeffs_name, 3, complex_ok=True)
     if coeffs.shape[0] != x.shape[0] or coeffs.shape[1] != grid.n_freq:
         raise ValueError(
-            f"coeffs must have shape (B, F, O) = ({x.shape[0]}, {grid.n_freq}, O), got {tuple(coeffs.shape)}"
+            f"{coeffs_name} must have shape (B, F, O) = ({x.shape[0]}, {grid.n_freq}, O) with "
+            f"B from x, got {coeffs_name} of shape {tuple(coeffs.shape)} and x of shape "
+            f"{tuple(x.shape)}"
         )
-    _same(x, coeffs, "x", "coeffs")
+    _same(x, coeffs, "x", coeffs_name)
     if not isinstance(weights, torch.Tensor) or weights.shape != (grid.n_freq,):
         raise ValueError(f"weights must be a tensor of shape ({grid.n_freq},)")
+    if weights.device.type == "meta":
+        raise ValueError("weights must hold values, got a tensor on the 'meta' device")
     if sign not in (-1, 1):
         raise ValueError(f"sign must be -1 or 1, got {sign!r}")
     backend = _check_backend(backend)
     _check_finite(x, "x")
-    _check_finite(coeffs, "coeffs")
+    _check_finite(coeffs, coeffs_name)
     _check_finite(weights, "weights")
     re = coeffs.real if coeffs.is_complex() else coeffs
     im = coeffs.imag if coeffs.is_complex() else torch.zeros_like(coeffs)
@@ -764,8 +827,9 @@ def nudft_type2_hermitian(
     torch.Size([1, 5, 1])
     """
     grid = _check_grid(grid)
-    w = grid.weights_as(x if isinstance(x, torch.Tensor) else torch.zeros(())) * (2.0 * grid.dV)
-    return nudft_type2(x, yhat, grid, w, sign=1, backend=backend)
+    x = _check_points(x, grid, "x")
+    w = grid._weights.to(dtype=x.dtype, device=x.device) * (2.0 * grid.dV)
+    return _type2_checked(x, yhat, grid, w, 1, backend, "yhat")
 
 
 # --- reference twins ----------------------------------------------------------------------------
@@ -844,7 +908,9 @@ class NUDFTPlan:
         _check_finite(self.x_kv, "x_kv")
         if self.x_q is not None:
             _check_finite(self.x_q, "x_q")
-        self._w2 = self.grid.weights_as(self.x_kv) * (2.0 * self.grid.dV)
+        self._w2 = self.grid._weights.to(dtype=self.x_kv.dtype, device=self.x_kv.device) * (
+            2.0 * self.grid.dV
+        )
         self._phase: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _phases(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -869,6 +935,7 @@ class NUDFTPlan:
         """Type 1 (sign -1) at ``x_kv`` as real planes ``(re, im, dens_re, dens_im)``, each
         differentiable; ``dens_*`` are None if ``density=False``. Saves the complex packing."""
         v = _check_tensor(v, "v", 3)
+        _check_bool(density, "density")
         if v.shape[:2] != self.x_kv.shape[:2]:
             raise ValueError(f"v must have shape (B, N, C) matching x_kv, got {tuple(v.shape)}")
         if self.backend != "reference":
@@ -889,6 +956,8 @@ class NUDFTPlan:
 
     def type2_planes(self, re: torch.Tensor, im: torch.Tensor, at: str = "q") -> torch.Tensor:
         """Hermitian type 2 of the spectrum ``re + i im`` (each of shape (B, F, O))."""
+        re = _check_tensor(re, "re", 3)
+        im = _check_tensor(im, "im", 3)
         if at not in ("q", "kv"):
             raise ValueError(f"at must be 'q' or 'kv', got {at!r}")
         x = self.x_kv if at == "kv" or self.x_q is None else self.x_q

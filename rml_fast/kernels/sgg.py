@@ -71,8 +71,9 @@ _loss_cdf = Kernel("sgg.loss_cdf")
 
 
 def counters_per_row(dim: int) -> int:
-    """Philox counters one sample of dimension ``dim`` consumes."""
-    return (int(dim) + 3) // 4 + 1 + GAMMA_ATTEMPTS
+    """Philox counters one sample of dimension ``dim`` (an int >= 1) consumes."""
+    dim = int(check_scalar(dim, "dim", Interval("int", 1, None)))
+    return (dim + 3) // 4 + 1 + GAMMA_ATTEMPTS
 
 
 def _check_family(dim: Any, sigma: Any, k: Any, p: Any) -> tuple[int, float, float, float]:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 
 __all__ = [
     "ConceptMixture",
@@ -90,6 +91,30 @@ class DDPMSchedule:
     def __repr__(self) -> str:
         return f"DDPMSchedule(n_steps={self.n_steps}, beta_start={self.beta_start}, beta_end={self.beta_end})"
 
+    def _check_t(self, t: Any, name: str = "t", batch: int | None = None) -> Tensor:
+        """Steps: an integer tensor of shape (B,) with values in ``[0, n_steps)``."""
+        check_tensor(t, name, ndim=1, floating=False)
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer (Long) tensor of steps, got {t.dtype}")
+        if batch is not None and t.shape[0] != batch:
+            raise ValueError(f"{name} must have shape ({batch},) (one step per sample), got {tuple(t.shape)}")
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.n_steps):
+            raise ValueError(f"{name} must hold steps in [0, {self.n_steps}), got values outside")
+        return t
+
+    @staticmethod
+    def _check_x(x: Any, name: str, like: Tensor | None = None, like_name: str = "") -> Tensor:
+        """Samples: a real floating tensor (B, ...) with values; non-finite values propagate."""
+        check_tensor(x, name, finite=False)
+        if x.ndim < 1:
+            raise ValueError(f"{name} must have shape (B, ...), got a 0-d tensor")
+        if like is not None and (x.shape != like.shape or x.device != like.device):
+            raise ValueError(
+                f"{name} must have the shape and device of {like_name} {tuple(like.shape)}, got "
+                f"{tuple(x.shape)} on {x.device}"
+            )
+        return x
+
     def _at(self, values: Tensor, t: Tensor, like: Tensor) -> Tensor:
         """``values[t]`` shaped (B, 1, ..., 1) to broadcast against ``like``, in its dtype."""
         v = values.to(like.device)[t].to(like.dtype)
@@ -118,6 +143,9 @@ class DDPMSchedule:
         >>> bool(x.abs().max() < 0.01)
         True
         """
+        self._check_x(x0, "x0")
+        self._check_x(noise, "noise", x0, "x0")
+        self._check_t(t, "t", x0.shape[0])
         ab = self._at(self.alpha_bars, t, x0)
         return ab.sqrt() * x0 + (1.0 - ab).sqrt() * noise
 
@@ -142,6 +170,9 @@ class DDPMSchedule:
         >>> s.reverse_mean(torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([5])).tolist()
         [[0.0, 0.0]]
         """
+        self._check_x(x_t, "x_t")
+        self._check_x(eps, "eps", x_t, "x_t")
+        self._check_t(t, "t", x_t.shape[0])
         b = self._at(self.betas, t, x_t)
         a = self._at(self.alphas, t, x_t)
         ab = self._at(self.alpha_bars, t, x_t)
@@ -170,6 +201,7 @@ class DDPMSchedule:
         """
         if sigma2 not in ("beta", "posterior"):
             raise ValueError(f"sigma2 must be 'beta' or 'posterior', got {sigma2!r}")
+        self._check_t(t, "t")
         var = self.betas if sigma2 == "beta" else self.posterior_variance
         t = t.cpu()
         return self.betas[t] ** 2 / (self.alphas[t] * (1.0 - self.alpha_bars[t]) * var[t])
@@ -256,6 +288,20 @@ class ConditionalDenoiser(nn.Module):
         >>> tuple(net(torch.zeros(3, 2), torch.tensor([0, 1, 1]), torch.tensor([0, 5, 99])).shape)
         (3, 2)
         """
+        check_tensor(x_t, "x_t", ndim=2, finite=False)
+        if x_t.shape[1] != self.dim:
+            raise ValueError(f"x_t must have shape (B, {self.dim}), got {tuple(x_t.shape)}")
+        B = x_t.shape[0]
+        for v, name, hi in ((c, "c", self.n_concepts), (t, "t", None)):
+            check_tensor(v, name, ndim=1, floating=False)
+            if v.is_floating_point() or v.is_complex() or v.dtype == torch.bool:
+                raise TypeError(f"{name} must be an integer (Long) tensor, got {v.dtype}")
+            if v.shape[0] != B:
+                raise ValueError(f"{name} must have shape ({B},) like x_t's batch, got {tuple(v.shape)}")
+            if v.device != x_t.device:
+                raise ValueError(f"{name} must be on x_t's device {x_t.device}, got {v.device}")
+            if hi is not None and v.numel() and (int(v.min()) < 0 or int(v.max()) >= hi):
+                raise ValueError(f"{name} must hold concept ids in [0, {hi})")
         h = torch.cat([x_t, self.concept_emb(c).to(x_t.dtype),
                        _timestep_embedding(t, self.emb_dim, self.n_steps).to(x_t.dtype)], dim=1)
         return self.net(h)
@@ -282,6 +328,10 @@ class ConceptMixture:
 
     means: Tensor
     std: float
+
+    def __post_init__(self) -> None:
+        check_tensor(self.means, "means", ndim=2, nonempty=True)
+        check_scalar(self.std, "std", Interval("real", 0.0, None, "neither"))
 
     @property
     def n_concepts(self) -> int:
@@ -342,6 +392,9 @@ class ConceptMixture:
         >>> concept_mixture().assign(torch.tensor([[0.1, 1.9], [-2.2, 0.0]])).tolist()
         [1, 2]
         """
+        check_tensor(x, "x", ndim=2)
+        if x.shape[1] != self.means.shape[1]:
+            raise ValueError(f"x must have shape (n, {self.means.shape[1]}), got {tuple(x.shape)}")
         return torch.cdist(x.to(self.means.dtype), self.means).argmin(dim=1)
 
 
@@ -468,6 +521,8 @@ def ddpm_sample(model: nn.Module, schedule: DDPMSchedule, concepts: Tensor, *,
     """
     if variance not in ("beta", "posterior"):
         raise ValueError(f"variance must be 'beta' or 'posterior', got {variance!r}")
+    if isinstance(concepts, torch.Tensor) and concepts.device.type == "meta":
+        raise ValueError("concepts must hold values, got a tensor on the 'meta' device")
     c = torch.as_tensor(concepts)
     if c.dim() != 1 or c.dtype != torch.long:
         raise ValueError(f"concepts must be a 1-D LongTensor, got {c.dtype} of shape {tuple(c.shape)}")

@@ -16,6 +16,7 @@ and resumes from a checkpoint file without changing its result.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.models.diffusion import _timestep_embedding
 
 __all__ = [
@@ -141,6 +142,15 @@ class DigitsEpsNet(nn.Module):
 
     def forward(self, x_t: Tensor, t: Tensor) -> Tensor:
         """Predicted noise, the shape of ``x_t`` (B, 1, 8, 8); ``t``: LongTensor (B,)."""
+        _check_images(x_t, "x_t")
+        check_tensor(t, "t", ndim=1, floating=False)
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"t must be an integer (Long) tensor of steps, got {t.dtype}")
+        if t.shape[0] != x_t.shape[0] or t.device != x_t.device:
+            raise ValueError(
+                f"t must have shape ({x_t.shape[0]},) (one step per image of x_t) on x_t's "
+                f"device, got {tuple(t.shape)} on {t.device}"
+            )
         e = self.embed(_timestep_embedding(t, 64, self.n_steps).to(x_t.dtype))
         h = self.inp(x_t)
         for blk in self.blocks:
@@ -148,13 +158,51 @@ class DigitsEpsNet(nn.Module):
         return self.out(h)
 
 
+def _check_images(x: Any, name: str) -> Tensor:
+    """Images (B, 1, H, W): a real floating tensor with values (non-finite values propagate)."""
+    check_tensor(x, name, ndim=4, finite=False)
+    if x.shape[1] != 1:
+        raise ValueError(f"{name} must have shape (B, 1, H, W), got {tuple(x.shape)}")
+    return x
+
+
+def _check_losses(losses: Any, name: str = "losses") -> list[float]:
+    """A training-loss record: a list of finite real numbers."""
+    if not isinstance(losses, (list, tuple)):
+        raise TypeError(f"{name} must be a list of floats, got {type(losses).__name__}")
+    for v in losses:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must hold real numbers, got {type(v).__name__} {v!r}")
+        if not math.isfinite(float(v)):
+            raise ValueError(f"{name} must be finite, got {v!r}")
+    return list(losses)
+
+
 @dataclass
 class DigitsDDPM:
-    """A trained digits prior: the epsilon network and its betas (float64, (T,))."""
+    """A trained digits prior: the epsilon network and its betas (float64, (T,)).
+
+    Raises ``TypeError``/``ValueError`` naming the field for an ``eps_model`` that is not a
+    :class:`DigitsEpsNet`, ``betas`` that are not a finite 1-D tensor in (0, 1) of length
+    ``eps_model.n_steps``, or non-finite ``losses``.
+    """
 
     eps_model: DigitsEpsNet
     betas: Tensor
     losses: list[float]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.eps_model, DigitsEpsNet):
+            raise TypeError(f"eps_model must be a DigitsEpsNet, got {type(self.eps_model).__name__}")
+        check_tensor(self.betas, "betas", ndim=1, nonempty=True)
+        if self.betas.shape[0] != self.eps_model.n_steps:
+            raise ValueError(
+                f"betas must have eps_model.n_steps = {self.eps_model.n_steps} entries, got "
+                f"{self.betas.shape[0]}"
+            )
+        if bool((self.betas <= 0).any()) or bool((self.betas >= 1).any()):
+            raise ValueError("betas must lie in (0, 1)")
+        self.losses = _check_losses(self.losses)
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:
@@ -300,7 +348,8 @@ class DigitsCNN(nn.Module):
             self.fc = nn.Linear(32, 10)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Logits (B, 10)."""
+        """Logits (B, 10) of images ``x`` (B, 1, 8, 8)."""
+        _check_images(x, "x")
         return self.fc(self.conv2(self.conv1(x)).mean(dim=(2, 3)))
 
 

@@ -22,6 +22,7 @@ GTM masking, whose fill is 0) still sees in-distribution input.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,7 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
+from rml_fast.models.digits_diffusion import _check_losses
 from rml_fast.models.transformer import TinyConfig, TinyTransformer
 
 __all__ = [
@@ -77,14 +79,34 @@ def encode(text: str) -> list[int]:
     >>> encode("seven <eos>")
     [29, 2]
     """
+    return _encode(text, "text")
+
+
+def _encode(text: Any, name: str) -> list[int]:
+    """:func:`encode`; errors name the caller's argument ``name``."""
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
     out = []
     for w in text.split():
         if w not in _ID:
-            raise ValueError(f"text: word {w!r} is not in the TinyVLM vocabulary")
+            raise ValueError(f"{name}: word {w!r} is not in the TinyVLM vocabulary")
         out.append(_ID[w])
     return out
+
+
+def _check_ids(ids: Any, name: str, ndim: int | None = None) -> Tensor:
+    """Token ids: an integer tensor with values (not ``meta``) in ``[0, len(VOCAB))``."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got {ids.dtype}")
+    if ndim is not None and ids.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= len(VOCAB)):
+        raise ValueError(f"{name} must hold TinyVLM token ids in [0, {len(VOCAB)})")
+    return ids
 
 
 def decode(ids: Sequence[int] | Tensor, *, stop_at_eos: bool = True) -> str:
@@ -95,6 +117,14 @@ def decode(ids: Sequence[int] | Tensor, *, stop_at_eos: bool = True) -> str:
     >>> decode([29, 2, 18])
     'seven <eos>'
     """
+    if isinstance(ids, Tensor):
+        ids = _check_ids(ids, "ids").reshape(-1).tolist()
+    elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be a sequence of token ids, got {type(ids).__name__}")
+    ids = list(ids)
+    for t in ids:
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"ids must hold int token ids, got {type(t).__name__} {t!r}")
     words = []
     for i in [int(t) for t in ids]:
         if not 0 <= i < len(VOCAB):
@@ -135,6 +165,7 @@ def digits_vlm_split(seed: int = 0, test_size: float = 0.25) -> tuple[Tensor, Te
     >>> len(tr), len(te)
     (1348, 449)
     """
+    seed = int(check_scalar(seed, "seed", Interval("int", 0, None)))
     check_scalar(test_size, "test_size", Interval("real", 0.0, 1.0, "neither"))
     perm = np.random.default_rng(seed).permutation(1797)
     n_test = round(test_size * 1797)
@@ -209,6 +240,7 @@ class TinyVLM(nn.Module):
         cfg = TinyVLMConfig() if cfg is None else cfg
         if not isinstance(cfg, TinyVLMConfig):
             raise TypeError(f"cfg must be a TinyVLMConfig, got {type(cfg).__name__}")
+        seed = int(check_scalar(seed, "seed", Interval("int", 0, 2**64 - 1)))
         self.cfg = cfg
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -235,6 +267,8 @@ class TinyVLM(nn.Module):
         s = self.cfg.image_size
         if not isinstance(pixels, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(pixels).__name__}")
+        if pixels.device.type == "meta":
+            raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
         if pixels.ndim != 4 or tuple(pixels.shape[1:]) != (1, s, s):
             raise ValueError(
                 f"{name} must have shape (batch, 1, {s}, {s}), got {tuple(pixels.shape)}"
@@ -245,6 +279,7 @@ class TinyVLM(nn.Module):
 
     def vision(self, pixels: Tensor) -> Tensor:
         """Vision features ``V(x)``: (B, N, d_vision) for images (B, 1, S, S)."""
+        pixels = self.check_pixels(pixels)
         p = self.cfg.patch
         b = pixels.shape[0]
         patches = pixels.unfold(2, p, p).unfold(3, p, p)  # (B, 1, S/p, S/p, p, p)
@@ -254,7 +289,7 @@ class TinyVLM(nn.Module):
 
     def image_embeds(self, pixels: Tensor) -> Tensor:
         """Projected image tokens ``E = P(V(x))``: (B, N, D)."""
-        return self.projector(self.vision(self.check_pixels(pixels)))
+        return self.projector(self.vision(pixels))
 
     def input_ids(self, prompt: str, answer: str | None = None, *, batch: int = 1) -> Tensor:
         """``<bos> <image> x N prompt [answer]`` as a LongTensor (batch, T).
@@ -264,26 +299,45 @@ class TinyVLM(nn.Module):
         >>> TinyVLM().input_ids("what digit is this ?", "seven <eos>").shape
         torch.Size([1, 24])
         """
-        ids = [BOS, *([IMAGE] * self.cfg.n_tokens), *encode(prompt)]
+        batch = int(check_scalar(batch, "batch", Interval("int", 1, None)))
+        ids = [BOS, *([IMAGE] * self.cfg.n_tokens), *_encode(prompt, "prompt")]
         if answer is not None:
-            ids += encode(answer)
+            ids += _encode(answer, "answer")
         if len(ids) > self.cfg.n_ctx:
             raise ValueError(f"prompt + answer: {len(ids)} tokens exceed n_ctx={self.cfg.n_ctx}")
-        return torch.tensor([ids] * int(batch), dtype=torch.int64)
+        return torch.tensor([ids] * batch, dtype=torch.int64)
+
+    def _check_embeds(self, x: Any, name: str) -> Tensor:
+        """Embeddings (B, T, d_model): real floating, with values; non-finite values propagate."""
+        check_tensor(x, name, ndim=3, finite=False)
+        if x.shape[-1] != self.cfg.d_model:
+            raise ValueError(f"{name} must have shape (B, T, {self.cfg.d_model}), got {tuple(x.shape)}")
+        if x.device != self.lm.W_E.device:
+            raise ValueError(f"{name} must be on the model's device {self.lm.W_E.device}, got {x.device}")
+        return x
 
     def splice(self, input_ids: Tensor, image_embeds: Tensor) -> Tensor:
         """Input embeddings (B, T, D): token embeddings with the ``<image>`` rows set to ``E``."""
+        _check_ids(input_ids, "input_ids", 2)
+        self._check_embeds(image_embeds, "image_embeds")
+        if image_embeds.shape[0] != input_ids.shape[0]:
+            raise ValueError(
+                f"image_embeds must have input_ids' batch size {input_ids.shape[0]}, got "
+                f"{tuple(image_embeds.shape)}"
+            )
         emb = self.lm.W_E[input_ids]
         where = input_ids == IMAGE
         b, n = image_embeds.shape[:2]
         if int(where.sum()) != b * n:
             raise ValueError(
-                f"input_ids holds {int(where.sum())} <image> tokens for {b} x {n} image embeddings"
+                f"input_ids holds {int(where.sum())} <image> tokens for {b} x {n} image "
+                f"embeddings (image_embeds of shape {tuple(image_embeds.shape)})"
             )
         return emb.masked_scatter(where[..., None], image_embeds.to(emb.dtype))
 
     def hidden(self, inputs_embeds: Tensor, *, final_norm: bool = True) -> Tensor:
         """Last-layer hidden states (B, T, D) (after the final layer norm when ``final_norm``)."""
+        self._check_embeds(inputs_embeds, "inputs_embeds")
         t = inputs_embeds.shape[1]
         if t > self.cfg.n_ctx:
             raise ValueError(f"inputs_embeds has {t} positions; n_ctx={self.cfg.n_ctx}")
@@ -300,6 +354,13 @@ class TinyVLM(nn.Module):
 
     def forward(self, pixels: Tensor, input_ids: Tensor) -> Tensor:
         """Logits (B, T, V) for images (B, 1, S, S) and token ids (B, T)."""
+        pixels = self.check_pixels(pixels)
+        _check_ids(input_ids, "input_ids", 2)
+        if pixels.shape[0] != input_ids.shape[0]:
+            raise ValueError(
+                f"pixels and input_ids must have the same batch size, got {pixels.shape[0]} "
+                f"and {input_ids.shape[0]}"
+            )
         return self.logits_from_embeds(self.splice(input_ids, self.image_embeds(pixels)))
 
     @torch.no_grad()
@@ -330,6 +391,7 @@ class TinyVLM(nn.Module):
         torch.Size([3])
         """
         pixels = self.check_pixels(pixels)
+        check_tensor(pixels, "pixels", nonempty=True)  # finite: a NaN image has no answer
         ids = self.input_ids(prompt, batch=pixels.shape[0])
         first = self(pixels, ids)[:, -1].argmax(-1)
         return digit_of_token(first)
@@ -343,6 +405,7 @@ def digit_of_token(ids: Tensor) -> Tensor:
     >>> digit_of_token(torch.tensor([29, 2])).tolist()
     [7, -1]
     """
+    _check_ids(ids, "ids")
     d = ids - _ID["zero"]
     return torch.where((d >= 0) & (d <= 9), d, torch.full_like(d, -1))
 
@@ -354,6 +417,16 @@ class TrainedVLM:
     model: TinyVLM
     losses: list[float] = field(default_factory=list)
     test_accuracy: float = float("nan")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, TinyVLM):
+            raise TypeError(f"model must be a TinyVLM, got {type(self.model).__name__}")
+        self.losses = _check_losses(self.losses)
+        acc = self.test_accuracy
+        if isinstance(acc, bool) or not isinstance(acc, (int, float, np.integer, np.floating)):
+            raise TypeError(f"test_accuracy must be a float (NaN if not measured), got {acc!r}")
+        if not (math.isnan(acc) or 0.0 <= acc <= 1.0):
+            raise ValueError(f"test_accuracy must lie in [0, 1] (or be NaN), got {acc!r}")
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:

@@ -77,6 +77,14 @@ class Query:
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+def _check_batch(batch: Any, gen: Any) -> int:
+    """``train_batch``'s arguments: a batch size >= 1 and a ``torch.Generator``."""
+    batch = int(check_scalar(batch, "batch", Interval("int", 1, None)))
+    if not isinstance(gen, torch.Generator):
+        raise TypeError(f"gen must be a torch.Generator, got {type(gen).__name__}")
+    return batch
+
+
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
 
@@ -162,6 +170,7 @@ class InductionTask(Task):
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = _check_batch(batch, gen)
         h, v = self.half, self.d_vocab
         perm = torch.rand(batch, v - 1, generator=gen).argsort(-1) + 1
         first, pool = perm[:, :h], perm[:, h:]  # the filler never reuses a token of A
@@ -353,6 +362,7 @@ class IOITask(Task):
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = _check_batch(batch, gen)
         rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         template = int(rng.integers(self.n_templates))  # one template per batch: no padding
         rows, targets = [], []
@@ -420,6 +430,7 @@ class ModAddTask(Task):
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = _check_batch(batch, gen)
         train, _ = self._pairs()
         if batch >= len(train):  # full batch (the grokking set-up)
             pick = train
@@ -469,6 +480,7 @@ class DigitsAddTask(Task):
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = _check_batch(batch, gen)
         a = torch.randint(0, 100, (batch,), generator=gen)
         b = torch.randint(0, 100, (batch,), generator=gen)
         tokens = self._encode(a, b)
@@ -559,6 +571,7 @@ class CharLMTask(Task):
     def train_batch(
         self, batch: int, gen: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = _check_batch(batch, gen)
         w = self._windows(batch, gen, True)
         return w[:, :-1], w[:, 1:], torch.ones(batch, self.seq_len, dtype=torch.bool)
 
@@ -579,6 +592,6 @@ TASKS: dict[str, type[Task]] = {
 
 def make_task(name: str, **kwargs: Any) -> Task:
     """Build a task by name: ``induction``, ``ioi``, ``modadd``, ``digits_add``, ``charlm``."""
-    if name not in TASKS:
-        raise ValueError(f"task must be one of {sorted(TASKS)}, got {name!r}")
+    if not isinstance(name, str) or name not in TASKS:
+        raise ValueError(f"name must be one of the tasks {sorted(TASKS)}, got {name!r}")
     return TASKS[name](**kwargs)

@@ -39,6 +39,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from rml_fast._validation import Interval, check_scalar
+
 __all__ = [
     "HookPoint",
     "TinyConfig",
@@ -126,11 +128,44 @@ class HookPoint(nn.Module):
         return x
 
 
+def _check_act(t: Any, name: str, min_ndim: int = 1) -> torch.Tensor:
+    """An activation tensor: real floating, holding values (not ``meta``), ``ndim >=
+    min_ndim``. Values are not checked (non-finite activations propagate)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must have a real floating-point dtype, got {t.dtype}")
+    if t.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions, got shape {tuple(t.shape)}")
+    return t
+
+
 def layer_norm(x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
-    """``(x - mean) / sqrt(var + 1e-5) * w + b`` over the last axis (identity if ``w`` is None)."""
+    """``(x - mean) / sqrt(var + 1e-5) * w + b`` over the last axis (identity if ``w`` is None).
+
+    ``x`` has shape ``[..., D]``; ``w`` and ``b`` shape ``(D,)`` (or None).
+
+    Examples
+    --------
+    >>> x = torch.tensor([[1.0, 3.0]])
+    >>> layer_norm(x, torch.ones(2), torch.zeros(2)).round(decimals=3).tolist()
+    [[-1.0, 1.0]]
+    """
+    _check_act(x, "x")
     if w is None:
         return x
-    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+    d = x.shape[-1]
+    for t, name in ((w, "w"), (b, "b")):
+        if t is None and name == "b":
+            continue
+        _check_act(t, name)
+        if t.shape != (d,):
+            raise ValueError(f"{name} must have shape ({d},) like x's last axis, got {tuple(t.shape)}")
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
+    return torch.nn.functional.layer_norm(x, (d,), w, b, 1e-5)
 
 
 class _LN(nn.Module):
@@ -179,7 +214,20 @@ class _MLP(nn.Module):
 
 
 def activation(x: torch.Tensor, act: str) -> torch.Tensor:
-    """The MLP non-linearity named ``act`` (exact erf GELU or ReLU)."""
+    """The MLP non-linearity named ``act`` (exact erf GELU or ReLU), elementwise.
+
+    A non-contiguous ``x`` is made contiguous first, so that a strided view gives the same
+    values as a contiguous copy (torch's vectorised and scalar GELU differ in the last bits).
+
+    Examples
+    --------
+    >>> activation(torch.tensor([-1.0, 2.0]), "relu").tolist()
+    [0.0, 2.0]
+    """
+    _check_act(x, "x", 0)
+    if act not in _ACTS:
+        raise ValueError(f"act must be one of {_ACTS}, got {act!r}")
+    x = x.contiguous()
     return torch.nn.functional.gelu(x) if act == "gelu" else torch.relu(x)
 
 
@@ -204,6 +252,30 @@ def attention_heads(
     ``[..., P, D]`` (all heads read the same input). The functional core shared by the model's
     forward and the batched circuit evaluator.
     """
+    if not isinstance(attn, _Attention):
+        raise TypeError(f"attn must be a block's attention module, got {type(attn).__name__}")
+    if ln is not None and not isinstance(ln, _LN):
+        raise TypeError(f"ln must be a block's layer norm or None, got {type(ln).__name__}")
+    H, D = attn.W_Q.shape[0], attn.W_Q.shape[1]
+    lead = None
+    for t, name in ((q_in, "q_in"), (k_in, "k_in"), (v_in, "v_in")):
+        _check_act(t, name, 2)
+        split = t.ndim != 3  # [..., P, H, D] unless 3-D ([B, P, D], shared by the heads)
+        if t.shape[-1] != D or (split and (t.ndim < 3 or t.shape[-2] != H)):
+            raise ValueError(
+                f"{name} must have shape [..., P, {D}] (3-D, shared) or [..., P, {H}, {D}] "
+                f"(split per head), got {tuple(t.shape)}"
+            )
+        bp = tuple(t.shape[:-2] if split else t.shape[:-1])  # (..., P)
+        if lead is None:
+            lead = bp
+        elif bp != lead:
+            raise ValueError(
+                f"{name} must have the leading shape (..., P) = {lead} of q_in, got {bp} "
+                f"(shape {tuple(t.shape)})"
+            )
+        if t.device != attn.W_Q.device:
+            raise ValueError(f"{name} must be on the model's device {attn.W_Q.device}, got {t.device}")
     w = ln.w if ln is not None else None
     b = ln.b if ln is not None else None
     hp = (lambda name: getattr(attn, f"hook_{name}")) if hooked else (lambda name: _identity)
@@ -293,6 +365,8 @@ class TinyTransformer(nn.Module):
         super().__init__()
         if not isinstance(cfg, TinyConfig):
             raise TypeError(f"cfg must be a TinyConfig, got {type(cfg).__name__}")
+        if seed is not None:
+            seed = int(check_scalar(seed, "seed", Interval("int", 0, 2**64 - 1)))
         self.cfg = cfg
         fork = torch.random.fork_rng() if seed is not None else contextlib.nullcontext()
         with fork:
@@ -325,6 +399,8 @@ class TinyTransformer(nn.Module):
     def _check_tokens(self, tokens: Any) -> torch.Tensor:
         if not isinstance(tokens, torch.Tensor):
             raise TypeError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+        if tokens.device.type == "meta":
+            raise ValueError("tokens must hold values, got a tensor on the 'meta' device")
         if tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 2:
             raise ValueError(
                 f"tokens must be an integer tensor of shape (batch, pos), got dtype "

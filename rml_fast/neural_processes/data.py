@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from scipy.linalg import cho_factor, cho_solve
 
-from rml_fast._validation import Interval, check_array, check_rng, check_scalar
+from rml_fast._validation import Interval, check_array, check_rng, check_scalar, check_tensor
 
 __all__ = [
     "Batch",
@@ -61,10 +61,33 @@ class Batch:
     yq: torch.Tensor
     info: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("xc", "yc", "xq", "yq"):
+            # a tensor with values, real floating, 3-D and finite; raises naming the field
+            check_tensor(getattr(self, name), name, ndim=3)
+        if self.xc.shape[:2] != self.yc.shape[:2] or self.xq.shape[:2] != self.yq.shape[:2]:
+            raise ValueError(
+                f"xc/yc and xq/yq must agree in (B, N): got xc {tuple(self.xc.shape)}, "
+                f"yc {tuple(self.yc.shape)}, xq {tuple(self.xq.shape)}, yq {tuple(self.yq.shape)}"
+            )
+        if self.xc.shape[0] != self.xq.shape[0]:
+            raise ValueError(
+                f"xc and xq must have the same batch size, got {tuple(self.xc.shape)} and "
+                f"{tuple(self.xq.shape)}"
+            )
+        if not isinstance(self.info, dict):
+            raise TypeError(f"info must be a dict, got {type(self.info).__name__}")
+
     def to(self, device: Any) -> Batch:
         """A copy with the four tensors moved to ``device`` (``info`` shared, not copied)."""
         return Batch(self.xc.to(device), self.yc.to(device), self.xq.to(device),
                      self.yq.to(device), self.info)
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
 def _int_range(v: Any, name: str) -> tuple[int, int]:
@@ -155,8 +178,23 @@ def gp_kernel(
     ``rbf``: :math:`s^2 e^{-r^2/(2\ell^2)}`; ``matern12/32/52``: the Matern family with
     :math:`\nu = 1/2, 3/2, 5/2`; ``periodic``: :math:`s^2 \exp(-2 \sin^2(\pi r / p)/\ell^2)`.
     """
-    if kernel not in KERNELS:
+    if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    x1 = check_array(x1, "x1", ndim=2)
+    x2 = check_array(x2, "x2", ndim=2)
+    if x1.shape[1] != x2.shape[1]:
+        raise ValueError(
+            f"x1 and x2 must have the same number of columns d, got x1 of shape {x1.shape} "
+            f"and x2 of shape {x2.shape}"
+        )
+    lengthscale = check_scalar(lengthscale, "lengthscale", Interval("real", 0, None, "neither"))
+    period = check_scalar(period, "period", Interval("real", 0, None, "neither"))
+    outputscale = check_scalar(outputscale, "outputscale", Interval("real", 0, None))
+    return _gp_kernel(kernel, x1, x2, lengthscale, period=period, outputscale=outputscale)
+
+
+def _gp_kernel(kernel, x1, x2, lengthscale, *, period=1.0, outputscale=1.0):
+    """:func:`gp_kernel` without the checks (the generators' inner loop)."""
     r = np.sqrt(np.maximum(((x1[:, None, :] - x2[None, :, :]) ** 2).sum(-1), 0.0))
     u = r / lengthscale
     if kernel == "rbf":
@@ -228,7 +266,7 @@ class GPGenerator(TaskGenerator):
         eps = self.rng.standard_normal((B, n))
         y = np.empty((B, n, 1))
         for b in range(B):
-            K = gp_kernel(
+            K = _gp_kernel(
                 self.kernel, x[b], x[b], ell[b], period=per[b], outputscale=self.outputscale
             )
             K[np.diag_indices(n)] += self.noise_std**2
@@ -282,6 +320,10 @@ def gp_oracle_loglik(
     --------
     >>> import numpy as np
     >>> x = np.linspace(-1, 1, 5)[:, None]
+    >>> y = np.sin(3 * x[:, 0])
+    >>> ll = gp_oracle_loglik(x[:3], y[:3], x[3:], y[3:], "rbf", 0.5, 0.1)
+    >>> bool(np.isfinite(ll)), ll > gp_oracle_loglik(x[:3], -y[:3], x[3:], y[3:], "rbf", 0.5, 0.1)
+    (True, True)
     >>> round(gp_oracle_loglik(x[:0], np.zeros(0), x[:1], np.zeros(1), "rbf", 0.5, 1.0), 4)
     -1.2655
     """
@@ -289,14 +331,32 @@ def gp_oracle_loglik(
     xq = check_array(xq, "xq", ndim=2)
     yc = check_array(yc, "yc", ndim=(1, 2)).reshape(-1)
     yq = check_array(yq, "yq", ndim=(1, 2)).reshape(-1)
-    if yc.shape[0] != xc.shape[0] or yq.shape[0] != xq.shape[0]:
-        raise ValueError("x and y must have the same number of points")
+    if yc.shape[0] != xc.shape[0]:
+        raise ValueError(
+            f"xc and yc must have the same number of points, got xc of shape {xc.shape} and "
+            f"yc with {yc.shape[0]} values"
+        )
+    if yq.shape[0] != xq.shape[0]:
+        raise ValueError(
+            f"xq and yq must have the same number of points, got xq of shape {xq.shape} and "
+            f"yq with {yq.shape[0]} values"
+        )
+    if xc.shape[1] != xq.shape[1]:
+        raise ValueError(
+            f"xc and xq must have the same number of columns d, got {xc.shape} and {xq.shape}"
+        )
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    lengthscale = check_scalar(lengthscale, "lengthscale", Interval("real", 0, None, "neither"))
+    period = check_scalar(period, "period", Interval("real", 0, None, "neither"))
+    outputscale = check_scalar(outputscale, "outputscale", Interval("real", 0, None))
+    _check_bool(joint, "joint")
     s2 = float(check_scalar(noise_std, "noise_std", Interval("real", 0, None, "neither"))) ** 2
     kw = dict(period=period, outputscale=outputscale)
-    Kqq = gp_kernel(kernel, xq, xq, lengthscale, **kw)
+    Kqq = _gp_kernel(kernel, xq, xq, lengthscale, **kw)
     if xc.shape[0] > 0:
-        Kcc = gp_kernel(kernel, xc, xc, lengthscale, **kw) + s2 * np.eye(xc.shape[0])
-        Kqc = gp_kernel(kernel, xq, xc, lengthscale, **kw)
+        Kcc = _gp_kernel(kernel, xc, xc, lengthscale, **kw) + s2 * np.eye(xc.shape[0])
+        Kqc = _gp_kernel(kernel, xq, xc, lengthscale, **kw)
         cf = cho_factor(Kcc, lower=True)
         mu = Kqc @ cho_solve(cf, yc)
         cov = Kqq - Kqc @ cho_solve(cf, Kqc.T)

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F_
 
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.kernels.nudft import FrequencyGrid, NUDFTPlan
 from rml_fast.neural_processes.sfconv import (
     SetFourierConvBlock,
@@ -235,6 +235,8 @@ class SFConvCNP(nn.Module):
         for t, n, last in ((xc, "xc", self.dim_x), (yc, "yc", self.dim_y), (xq, "xq", self.dim_x)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{n} must be a torch.Tensor, got {type(t).__name__}")
+            if t.device.type == "meta":
+                raise ValueError(f"{n} must hold values, got a tensor on the 'meta' device")
             if t.ndim != 3 or t.shape[-1] != last:
                 raise ValueError(f"{n} must have shape (B, *, {last}), got {tuple(t.shape)}")
         if xc.shape[:2] != yc.shape[:2]:
@@ -246,6 +248,13 @@ class SFConvCNP(nn.Module):
         for t, n in ((xc, "xc"), (yc, "yc"), (xq, "xq")):
             if not t.is_floating_point():
                 raise TypeError(f"{n} must be a floating-point tensor, got {t.dtype}")
+        if xc.device != yc.device or xq.device != xc.device:
+            raise ValueError(
+                f"xc, yc and xq must be on the same device, got {xc.device}, {yc.device} and "
+                f"{xq.device}"
+            )
+        for t, n in ((xc, "xc"), (yc, "yc"), (xq, "xq")):
+            check_tensor(t, n)  # finite (skipped while torch.compile / export trace)
 
     def _warn_if_periodic(self, xc: torch.Tensor, xq: torch.Tensor) -> None:
         """Warn when a task's inputs span a period ``1 / freq_resolution`` or more on an axis.
@@ -300,7 +309,7 @@ class SFConvCNP(nn.Module):
         if ell is None:
             raise ValueError("the model was built without setconv_features")
         re, im, dre, dim = plan.type1_planes(yc.contiguous(), density=True)
-        g = gaussian_envelope(self.grid.xi_as(re), ell.to(re.dtype).expand(self.dim_x, -1))
+        g = gaussian_envelope(self.grid._xi_like(re), ell.to(re.dtype).expand(self.dim_x, -1))
         B, Fn, S = re.shape[0], g.shape[0], g.shape[1]
         spec_re = torch.cat([dre[..., None] * g, (re[..., None] * g[:, None]).reshape(B, Fn, -1)], -1)
         spec_im = torch.cat([dim[..., None] * g, (im[..., None] * g[:, None]).reshape(B, Fn, -1)], -1)
@@ -408,8 +417,31 @@ class SFVConvCNP(SFConvCNP):
         )
 
 
+def _check_nll_args(dist: Any, yq: Any) -> None:
+    if not isinstance(dist, torch.distributions.Normal):
+        raise TypeError(f"dist must be a torch.distributions.Normal, got {type(dist).__name__}")
+    check_tensor(yq, "yq")  # a torch tensor with values, real floating, finite
+    batch = tuple(dist.batch_shape)
+    try:
+        ok = tuple(torch.broadcast_shapes(tuple(yq.shape), batch)) == batch
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"yq must broadcast to the shape of the predictions (B, M, dim_y) = {batch}, got "
+            f"{tuple(yq.shape)}"
+        )
+    if yq.device != dist.loc.device:
+        raise ValueError(f"yq must be on the predictions' device {dist.loc.device}, got {yq.device}")
+
+
 def gaussian_nll(dist: torch.distributions.Normal, yq: torch.Tensor) -> torch.Tensor:
-    """Per-point negative log-likelihood, summed over output dims: shape (B, M)."""
+    """Per-point negative log-likelihood, summed over output dims: shape (B, M).
+
+    ``yq`` (B, M, dim_y) must be a finite tensor of the predictions' shape (ValueError /
+    TypeError naming ``yq`` otherwise).
+    """
+    _check_nll_args(dist, yq)
     return -dist.log_prob(yq).sum(-1)
 
 

@@ -42,7 +42,7 @@ from torch import nn
 from torch.nn import functional as F_
 
 from rml_fast._validation import Interval, check_scalar
-from rml_fast.kernels.nudft import FrequencyGrid, NUDFTPlan
+from rml_fast.kernels.nudft import FrequencyGrid, NUDFTPlan, _check_finite, _grid_args
 
 __all__ = [
     "SetFourierConv",
@@ -57,6 +57,58 @@ _PAIRINGS = ("blocked", "interleaved")
 
 def _inv_softplus(y: float) -> float:
     return y + math.log(-math.expm1(-y))
+
+
+def _check_feat(t: Any, name: str, ndim: int) -> torch.Tensor:
+    """A real floating tensor with values (not ``meta``) of ``ndim`` dimensions; values are
+    not checked (non-finite features propagate into non-finite outputs)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must have a real floating-point dtype, got {t.dtype}")
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    return t
+
+
+def _check_positions(t: Any, name: str, d: int) -> torch.Tensor:
+    """Positions (B, N, d), float32/float64, finite (checked once, at the layer boundary)."""
+    _check_feat(t, name, 3)
+    if t.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{name} must be float32 or float64, got {t.dtype}")
+    if t.shape[-1] != d:
+        raise ValueError(f"{name} must have shape (B, N, {d}), got {tuple(t.shape)}")
+    _check_finite(t, name)
+    return t
+
+
+def _check_layer_inputs(
+    zv: Any, xq: Any, xkv: Any, d: int, channels: int, zv_name: str = "zv"
+) -> None:
+    """Public-boundary checks of a layer's (features, queries, keys/values); errors name the
+    layer's arguments (``zv``, ``xq``, ``xkv``)."""
+    _check_feat(zv, zv_name, 3)
+    _check_positions(xkv, "xkv", d)
+    if xq is not xkv:
+        _check_positions(xq, "xq", d)
+        if xq.shape[0] != xkv.shape[0]:
+            raise ValueError(
+                f"xq and xkv must have the same batch size, got xq of shape {tuple(xq.shape)} "
+                f"and xkv of shape {tuple(xkv.shape)}"
+            )
+        if xq.device != xkv.device:
+            raise ValueError(f"xq and xkv must be on the same device, got {xq.device} and {xkv.device}")
+    if zv.shape[:2] != xkv.shape[:2] or zv.shape[2] != channels:
+        raise ValueError(
+            f"{zv_name} must have shape (B, N, {channels}) with (B, N) from xkv, got "
+            f"{zv_name} of shape {tuple(zv.shape)} and xkv of shape {tuple(xkv.shape)}"
+        )
+    if zv.device != xkv.device:
+        raise ValueError(
+            f"{zv_name} and xkv must be on the same device, got {zv.device} and {xkv.device}"
+        )
 
 
 def _cmatmul(ar, ai, br, bi):
@@ -80,6 +132,18 @@ def gaussian_envelope(xi: torch.Tensor, lengthscale: torch.Tensor) -> torch.Tens
     -------
     ghat : torch.Tensor of shape (F, C)
     """
+    _check_feat(xi, "xi", 2)
+    _check_feat(lengthscale, "lengthscale", 2)
+    if lengthscale.shape[0] != xi.shape[-1]:
+        raise ValueError(
+            f"lengthscale must have shape (d, C) with d = {xi.shape[-1]} from xi, got "
+            f"lengthscale of shape {tuple(lengthscale.shape)} and xi of shape {tuple(xi.shape)}"
+        )
+    if lengthscale.device != xi.device:
+        raise ValueError(
+            f"xi and lengthscale must be on the same device, got {xi.device} and "
+            f"{lengthscale.device}"
+        )
     d = xi.shape[-1]
     quad = torch.einsum("fd,dc->fc", xi.square(), lengthscale.square())
     return (2 * math.pi) ** (d / 2) * lengthscale.prod(0) * torch.exp(-2 * math.pi**2 * quad)
@@ -316,7 +380,7 @@ class SetFourierConv(nn.Module):
         G = int(check_scalar(groups, "groups", Interval("int", 1, None)))
         ell0 = float(
             check_scalar(
-                init_lengthscale, "init_lengthscale", Interval("real", 1e-5, None, "neither")
+                init_lengthscale, "init_lengthscale", Interval("real", 1e-5, 1e30, "neither")
             )
         )
         if (2 * C) % G or O % G:
@@ -334,6 +398,9 @@ class SetFourierConv(nn.Module):
                 "backend must be 'auto', 'native', 'nufft', 'triton' or 'reference', "
                 f"got {backend!r}"
             )
+        # checked here so that errors name this layer's arguments, not the grid's
+        _grid_args(spatial_dim, max_freq, freq_resolution,
+                   ("spatial_dim", "max_freq", "freq_resolution"))
         self.grid = FrequencyGrid(spatial_dim, max_freq, freq_resolution)
         self.in_channels, self.out_channels, self.groups = C, O, G
         self.pairing = density_feature_pairing
@@ -423,12 +490,20 @@ class SetFourierConv(nn.Module):
 
     def make_plan(self, xkv: torch.Tensor, xq: torch.Tensor | None = None) -> NUDFTPlan:
         """A :class:`NUDFTPlan` for this layer's grid and backend (share it across layers)."""
+        _check_positions(xkv, "xkv", self.grid.dim)
+        if xq is not None and xq is not xkv:
+            _check_positions(xq, "xq", self.grid.dim)
+            if xq.shape[0] != xkv.shape[0]:
+                raise ValueError(
+                    f"xq and xkv must have the same batch size, got xq of shape "
+                    f"{tuple(xq.shape)} and xkv of shape {tuple(xkv.shape)}"
+                )
         return NUDFTPlan(self.grid, xkv, xq, backend=self.backend)
 
     def embed(self, zv: torch.Tensor, plan: NUDFTPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """Type 1, envelope and density channel: ``E`` of shape (B, F, 2C) as (real, imag) planes."""
         re, im, dre, dim = plan.type1_planes(zv, density=True)
-        g = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
+        g = gaussian_envelope(self.grid._xi_like(self.raw_lengthscale), self.lengthscale).to(re.dtype)
         parts_re = (dre[..., None] * g, re * g)
         parts_im = (dim[..., None] * g, im * g)
         if self.pairing == "blocked":
@@ -492,7 +567,7 @@ class SetFourierConv(nn.Module):
         B, Fn, _ = re.shape
         G, L = self.groups, lay["L"]
         g0, g1 = lay["g0"], lay["g1"]
-        gh = gaussian_envelope(self.grid.xi_as(self.raw_lengthscale), self.lengthscale).to(re.dtype)
+        gh = gaussian_envelope(self.grid._xi_like(self.raw_lengthscale), self.lengthscale).to(re.dtype)
         # the fused node writes into preallocated buffers (out=), which torch.compile cannot
         # trace; traced graphs take the equivalent unfused formulation below (Inductor fuses it)
         fused = self.fused_product and not torch.compiler.is_compiling()
@@ -544,10 +619,7 @@ class SetFourierConv(nn.Module):
         return from_bins(y_re), from_bins(y_im)
 
     def _evaluate(self, zv, xq, xkv, plan) -> torch.Tensor:
-        if zv.ndim != 3 or zv.shape[-1] != self.in_channels:
-            raise ValueError(
-                f"zv must have shape (B, N, {self.in_channels}), got {tuple(zv.shape)}"
-            )
+        _check_layer_inputs(zv, xq, xkv, self.grid.dim, self.in_channels)
         if plan is None:
             plan = self.make_plan(xkv, None if xq is xkv else xq)
         elif plan.grid != self.grid:
@@ -596,7 +668,9 @@ class SetFourierVolterraConv(SetFourierConv):
 
     Parameters
     ----------
-    *args, **kwargs
+    spatial_dim, in_channels, out_channels, max_freq, freq_resolution, groups, \
+init_lengthscale, learnable_lengthscale, low_rank, rank, input_feature_mixing, \
+output_feature_mixing, density_feature_pairing, backend
         As :class:`SetFourierConv`.
     volterra_rank : int, default=4
         ``R``, the separable rank of the second-order kernel.
@@ -612,12 +686,35 @@ class SetFourierVolterraConv(SetFourierConv):
     torch.Size([2, 5, 4])
     """
 
-    def __init__(self, *args: Any, volterra_rank: int = 4, order: int = 2, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        spatial_dim: int,
+        in_channels: int,
+        out_channels: int,
+        max_freq: Any = 4.9,
+        freq_resolution: Any = 0.1,
+        groups: int = 1,
+        init_lengthscale: float = 0.1,
+        learnable_lengthscale: bool = True,
+        low_rank: bool = False,
+        rank: int | None = None,
+        input_feature_mixing: bool = False,
+        output_feature_mixing: bool = False,
+        density_feature_pairing: str = "blocked",
+        backend: str = "auto",
+        *,
+        volterra_rank: int = 4,
+        order: int = 2,
+    ) -> None:
         R = int(check_scalar(volterra_rank, "volterra_rank", Interval("int", 1, None)))
         order = int(check_scalar(order, "order", Interval("int", 1, 2)))
         self.volterra_rank, self.order = R, order
         self._blocks = 2 * R + 1 if order == 2 else 1
-        super().__init__(*args, **kwargs)
+        super().__init__(
+            spatial_dim, in_channels, out_channels, max_freq, freq_resolution, groups,
+            init_lengthscale, learnable_lengthscale, low_rank, rank, input_feature_mixing,
+            output_feature_mixing, density_feature_pairing, backend,
+        )
         self.volterra_rank, self.order = R, order
         self.quadratic_mix = nn.Linear(R, 1) if order == 2 else None
 
@@ -715,6 +812,18 @@ class SetFourierConvBlock(nn.Module):
     ) -> torch.Tensor:
         """Update the query embeddings ``zq`` (B, M, C) at ``xq`` (B, M, d) from the key/value
         embeddings ``zkv`` (B, N, C) at ``xkv`` (B, N, d); returns (B, M, C)."""
+        C = self.norm1.normalized_shape[0]
+        _check_layer_inputs(zkv, xq, xkv, self.conv.grid.dim, C, zv_name="zkv")
+        _check_feat(zq, "zq", 3)
+        if zq.shape[:2] != xq.shape[:2] or zq.shape[2] != C:
+            raise ValueError(
+                f"zq must have shape (B, M, {C}) with (B, M) from xq, got zq of shape "
+                f"{tuple(zq.shape)} and xq of shape {tuple(xq.shape)}"
+            )
+        if zq.device != zkv.device:
+            raise ValueError(
+                f"zq and zkv must be on the same device, got {zq.device} and {zkv.device}"
+            )
         if self.norm_first:
             zq = zq + self.dropout(self.conv(self.norm1(zkv), xq, xkv, plan))
             return zq + self.ff(self.norm2(zq))
