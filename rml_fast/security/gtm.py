@@ -397,7 +397,7 @@ class TinyVLMAdapter(_AdapterBase):
         from rml_fast.models.digits_vlm import IMAGE
 
         pixel_values = self.model.check_pixels(pixel_values, "pixel_values")
-        check_tensor(pixel_values, "pixel_values")
+        check_tensor(pixel_values, "pixel_values", nonempty=True)
         prompt = _tiny_words(prompt, "prompt")
         if answer is not None:
             answer = _tiny_words(answer, "answer")

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from rml_fast._validation import Interval, check_scalar, check_tensor
+from rml_fast._validation import Interval, check_scalar
 from rml_fast.models.autoencoder import _torch_generator, check_images
 
 __all__ = [
@@ -55,7 +55,8 @@ __all__ = [
 
 def _check_x(x: Any, name: str = "x") -> Tensor:
     """Validate a batch of images (B, C, H, W) in [0, 1]; a ``meta`` tensor is refused first."""
-    check_tensor(x, name, ndim=4, finite=False)
+    if isinstance(x, Tensor) and x.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     return check_images(x, name)
 
 
