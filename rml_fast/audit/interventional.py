@@ -291,14 +291,12 @@ def exact_attribution_reference(values, index: str = "SII") -> AttributionResult
 
 
 def _check_input(x: Any, name: str) -> None:
-    """Refuse an empty, non-numeric or non-finite NumPy input (other kinds pass unchecked)."""
+    """Refuse an empty or a non-finite NumPy input (other kinds of input pass unchecked)."""
     if not isinstance(x, np.ndarray):
         return
-    if x.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
     if x.size == 0:
         raise ValueError(f"{name} must not be empty, got shape {x.shape}")
-    if x.dtype.kind == "f" and not bool(np.isfinite(x).all()):
+    if x.dtype.kind in "fc" and not bool(np.isfinite(x).all()):
         raise ValueError(f"{name} must be finite, got NaN or infinite values")
 
 
@@ -325,7 +323,7 @@ class InterventionGame:
         against ``n_players``.
     x : any
         The input being explained (passed to the generator unchanged). A NumPy array must be
-        real, non-empty and finite.
+        non-empty and finite.
     n_players : int
         Number of interventions ``n``.
     seeds : sequence of int, default=(0,)
