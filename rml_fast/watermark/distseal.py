@@ -11,7 +11,8 @@ scale on :class:`rml_fast.models.autoencoder.TinyAutoencoder`:
 (VQ variants with a quantiser ``Q``: *pre-quantisation* ``z_w = Q(z + s W(z, m))`` with a
 straight-through gradient; *post-quantisation* ``z_w = Q(z) + s W(Q(z), m)``). The pixel
 extractor returns logits ``l = X_phi(A(x_w))`` in ``R^{1+K}`` (channel 0 = detection, unused;
-channels ``1..K`` = bits; per-pixel outputs averaged over space). Training minimises
+channels ``1..K`` = bits; the paper averages per-pixel outputs over space, the default here is
+a position-aware grid read-out, see below). Training minimises
 
     L = lambda_dec BCEWithLogits(l_{1..K}, m) + lambda_adv L_adv(x_w vs x_hat)
         + lambda_perc L_perc(x_w, x_hat),        x_hat = Dec(z),
@@ -35,6 +36,13 @@ extractor a five-layer CNN (the paper: a UNet and a ConvNeXt-tiny); the embedder
 normalised to unit RMS per sample (``LatentEmbedder(output="rms")``, so ``s`` is the RMS latent change); the perceptual term ``L_perc`` is the pixel L1 distance (LPIPS
 needs hub weights), ``w_lpips`` of the decoder distillation is not supported; training counts
 optimiser steps, not epochs (the schedule's epoch marks become fractions of ``steps``).
+Also PROPOSED, the CPU-scale training recipe (why the paper's settings fail at this scale): the
+extractor's read-out ``extractor_pool="grid"`` (default; the paper's spatial mean read-out,
+``"mean"``, needs content-independent local textures that a few hundred steps do not learn: held-out
+bit accuracy 0.56 against 0.99 with the grid read-out in the same 150 steps); an augmentation
+curriculum ``aug_start`` (no augmentation for the first part of training, then the augmentation
+layer); and, in the demo, a stronger start of the strength schedule annealed lower (``s`` 1.0 ->
+0.25) so that the watermark is learned while it is easy and kept while it is made imperceptible.
 """
 
 from __future__ import annotations
@@ -344,9 +352,18 @@ class LatentEmbedder(nn.Module):
 class PixelExtractor(nn.Module):
     """Watermark extractor ``X_phi``: images (B, c, H, W) in [0, 1] -> logits (B, 1 + K).
 
-    A five-layer CNN (stride 4 in all) whose per-pixel 1x1 outputs (``1 + K`` channels) are
-    averaged over space; channel 0 is the detection logit, channels ``1..K`` the bit logits.
-    Any image size >= 4 x 4 is accepted (crops and resizes change it).
+    A five-layer CNN (stride 4 in all) followed by a read-out to ``1 + K`` logits; channel 0 is
+    the detection logit, channels ``1..K`` the bit logits. Any image size >= 4 x 4 is accepted
+    (crops and resizes change it).
+
+    Read-outs: ``pool="mean"`` is the paper's (per-pixel 1x1 outputs averaged over space: a
+    translation-invariant read-out, so the bits must be carried by local textures, which the paper
+    learns over hundreds of epochs); ``pool="grid"`` (PROPOSED) averages the features over a
+    ``grid x grid`` partition of the image (adaptive average pooling, so any size maps to the same
+    cells) and reads the bits with one linear layer, i.e. a learned position-aware correlator.
+    At CPU scale only ``"grid"`` learns in hundreds of steps (measured on 32 px patches, 150 steps:
+    held-out bit accuracy 0.99 with ``"grid"``, 0.56 with ``"mean"``); its price is that a crop
+    that moves the image content relative to the cells (a centred 50% crop) weakens the watermark.
 
     Parameters
     ----------
@@ -354,6 +371,10 @@ class PixelExtractor(nn.Module):
     nbits : int, default=32
     width : int, default=32
     seed : int, default=0
+    pool : {"grid", "mean"}, default="grid"
+        The read-out (see above; ``"mean"`` is the paper's, ``"grid"`` PROPOSED).
+    grid : int, default=4
+        Cells per side of the ``"grid"`` read-out.
 
     Examples
     --------
@@ -362,7 +383,7 @@ class PixelExtractor(nn.Module):
     """
 
     def __init__(self, in_channels: int = 3, nbits: int = 32, width: int = 32, seed: int = 0,
-                 pool: str = "mean", grid: int = 4) -> None:
+                 pool: str = "grid", grid: int = 4) -> None:
         super().__init__()
         if pool not in ("mean", "grid"):
             raise ValueError(f"pool must be 'mean' or 'grid', got {pool!r}")
@@ -392,7 +413,7 @@ class PixelExtractor(nn.Module):
             fork.__exit__(None, None, None)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Logits (B, 1 + K) of images x (B, c, H, W), spatially averaged.
+        """Logits (B, 1 + K) of images x (B, c, H, W) (the read-out of ``pool``).
 
         Examples
         --------
@@ -442,6 +463,10 @@ class LatentWatermarker:
         With a quantizer: ``z_w = Q(z + s W(z, m))`` (pre) or ``z_w = Q(z) + s W(Q(z), m)`` (post).
     width : int, default=32
         Width of the embedder and the extractor.
+    extractor_pool : {"grid", "mean"}, default="grid"
+        The extractor's read-out (:class:`PixelExtractor`): ``"mean"`` is the paper's spatial
+        average; ``"grid"`` (PROPOSED, the default because the mean read-out does not learn at
+        CPU scale) a position-aware linear read-out of a 4 x 4 grid of pooled features.
     seed : int, default=0
         Seeds their initialisation.
 
@@ -463,7 +488,7 @@ class LatentWatermarker:
 
     def __init__(self, autoencoder: Any, nbits: int = 32, scaling: float = 1.0,
                  quantizer: StraightThroughQuantizer | None = None, mode: str = "pre_quant",
-                 width: int = 32, extractor_pool: str = "mean", seed: int = 0) -> None:
+                 width: int = 32, extractor_pool: str = "grid", seed: int = 0) -> None:
         for attr in ("encode", "decode"):
             if not callable(getattr(autoencoder, attr, None)):
                 raise TypeError(f"autoencoder must have an {attr}() method")
@@ -626,6 +651,7 @@ class LatentWatermarker:
         adv_start: float = 1 / 3,
         scaling_schedule: tuple[str, float, float] | float = ("cosine", 1.5, 0.5),
         augmenter: Augmenter | bool | None = None,
+        aug_start: float = 0.0,
         warmup: float = 0.03,
         grad_clip: float = 1.0,
         seed: int = 0,
@@ -658,6 +684,10 @@ class LatentWatermarker:
             :func:`cosine_scaling` from ``start`` to ``end``, or a constant ``s``.
         augmenter : Augmenter, None or False
             None: ``Augmenter("all", num_augs=2)`` seeded from ``seed``; False: no augmentation.
+        aug_start : float in [0, 1], default=0.0
+            PROPOSED (a curriculum as in HiDDeN / Video Seal-style training, not the paper's
+            setting): the augmentation layer is applied only from step ``aug_start * steps`` on,
+            so that embedder and extractor first agree on a decodable signal on clean images.
         warmup : float, default=0.03
             Fraction of ``steps`` of linear learning-rate warm-up.
         grad_clip : float, default=1.0
@@ -693,6 +723,7 @@ class LatentWatermarker:
                (("lambda_dec", lambda_dec), ("lambda_adv", lambda_adv),
                 ("lambda_perc", lambda_perc))}
         check_scalar(adv_start, "adv_start", Interval("real", 0.0, 1.0))
+        check_scalar(aug_start, "aug_start", Interval("real", 0.0, 1.0))
         check_scalar(warmup, "warmup", Interval("real", 0.0, 1.0, "left"))
         check_scalar(grad_clip, "grad_clip", Interval("real", 0.0, None, "neither"))
         check_scalar(seed, "seed", Interval("int", 0, None))
@@ -714,7 +745,7 @@ class LatentWatermarker:
             raise TypeError("augmenter must be an Augmenter, None or False")
         hp = {"steps": steps, "batch_size": batch_size, "lr": lr, **lam, "adv_start": adv_start,
               "schedule": (s0, s1), "augmenter": None if augmenter is False else
-              (augmenter.ops, augmenter.num_augs), "warmup": warmup, "grad_clip": grad_clip,
+              (augmenter.ops, augmenter.num_augs), "aug_start": aug_start, "warmup": warmup, "grad_clip": grad_clip,
               "seed": seed, "n_images": int(images.shape[0]), "nbits": self.nbits,
               "mode": self.mode}
 
@@ -775,13 +806,15 @@ class LatentWatermarker:
         emb.train()
         ext.train()
         adv_from = int(hp["adv_start"] * steps)
+        aug_from = int(hp["aug_start"] * steps)
         for step in range(start, end):
             idx = torch.randint(0, len(Z), (bs,), generator=gen)
             m = torch.randint(0, 2, (bs, self.nbits), generator=gen).to(torch.float32)
             z, xh = Z[idx], Xhat[idx]
             s = cosine_scaling(step, steps, s0, s1)
             xw = ae.decode(self._wm_latent(z, m, s))
-            xa = augmenter(xw.clamp(0, 1))[0] if augmenter is not False else xw
+            xa = (augmenter(xw.clamp(0, 1))[0] if augmenter is not False and step >= aug_from
+                  else xw)
             logits = ext(xa)[:, 1:]
             loss = lam["lambda_dec"] * F.binary_cross_entropy_with_logits(logits, m)
             if lam["lambda_perc"] > 0:

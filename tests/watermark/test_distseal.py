@@ -1,9 +1,10 @@
 """DistSeal: the latent watermarker, its invariants, decoder and generator distillation.
 
-One tiny autoencoder (16 px patches, f=4) and one watermarker (K=8 bits, strength s=2) are
-trained for a few seconds in a module fixture; the assertions are about what training must
-achieve (bit accuracy clearly above chance with the key, chance without it) and about exact
-invariants.
+One tiny autoencoder (16 px patches, f=4) and one watermarker (K=8 bits, strength s=3, grid
+read-out) are trained for a few seconds in a module fixture; the assertions are about what training
+must achieve (held-out bit accuracy >= 0.9 with the key, chance without it, detection at FPR 1%
+holding its nominal rate on clean images, the distilled decoder reaching the teacher's bit
+accuracy) and about exact invariants.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rml_fast.watermark.distseal import (
 from rml_fast.watermark.metrics import binomial_pvalue, bit_accuracy, psnr
 
 K = 8
-S = 2.0
+S = 3.0
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -45,7 +46,7 @@ def trained(_one_thread):
     ae = TinyAutoencoder(width=8, seed=0).fit(train, steps=120, batch_size=32, lr=3e-3,
                                               progress=False)
     wm = LatentWatermarker(ae, nbits=K, width=16, extractor_pool="grid", seed=0)
-    wm.fit(train, steps=160, batch_size=32, lr=5e-3, scaling_schedule=S, augmenter=False,
+    wm.fit(train, steps=160, batch_size=32, lr=3e-3, scaling_schedule=S, augmenter=False,
            lambda_adv=0.0, progress=False)
     return ae, wm, train, held
 
@@ -61,7 +62,7 @@ def test_watermark_is_decoded_with_the_key_and_not_without(trained):
     with torch.no_grad():
         clean = ae(held)
     acc = _acc(wm, xw, m)
-    assert acc > 0.62, acc  # 768 held-out bits; chance is 0.5 +- 0.018
+    assert acc > 0.9, acc  # 768 held-out bits; chance is 0.5 +- 0.018
     assert abs(_acc(wm, xw, 1 - m) - (1 - acc)) < 1e-9  # the complementary key
     wrong = random_message(K, len(held), generator=6)
     assert abs(_acc(wm, xw, wrong) - 0.5) < 0.09
@@ -74,6 +75,24 @@ def test_watermark_is_decoded_with_the_key_and_not_without(trained):
                                   np.round(bit_accuracy(wm.extract(xk), key) * K).astype(int))
     np.testing.assert_array_equal(det["pvalue"], binomial_pvalue(det["n_match"], K))
     assert det["pvalue"].mean() < wm.detect(clean, key)["pvalue"].mean()
+    assert det["detected"].mean() >= 0.85, det["n_match"]  # TPR at nominal FPR 1% (tau = 8 of 8)
+
+
+def test_detection_holds_its_nominal_false_positive_rate_on_clean_images(trained):
+    ae, wm, _, held = trained
+    with torch.no_grad():
+        clean = ae(held)
+    bits = (wm.extract(clean) > 0).numpy()  # (96, K)
+    keys = random_message(K, 400, generator=8).numpy().astype(bool)  # 400 random keys
+    n_match = (bits[:, None, :] == keys[None]).sum(-1)  # (96, 400)
+    tau = int(np.ceil(K * 1.0))  # P(Binom(8, 1/2) >= 8) = 1/256 <= 1% < P(>= 7) = 9/256
+    assert binomial_pvalue(np.array([tau]), K)[0] <= 0.01 < binomial_pvalue(np.array([tau - 1]), K)[0]
+    fpr = float((n_match >= tau).mean())
+    # nominal 1% (exact size 1/256); over random keys the rate is 1/256 in expectation for any
+    # extractor, so this checks the threshold, the match count and the p-value agree
+    assert fpr <= 0.01, fpr
+    det = wm.detect(clean, torch.from_numpy(keys[0].astype(np.float32)), fpr=0.01)
+    np.testing.assert_array_equal(det["detected"], n_match[:, 0] >= tau)
 
 
 def test_zero_strength_is_the_autoencoded_image_exactly(trained):
@@ -161,8 +180,10 @@ def test_decoder_distillation_moves_the_decoder_to_the_watermark(trained):
         after = (out - target).abs().mean().item()
     assert after < 0.7 * before, (before, after)
     acc_student = _acc(wm, out, key)
-    acc_teacher = _acc(wm, ae.decode(z_te).detach(), key)
-    assert acc_student > 0.6 and acc_student > acc_teacher + 0.08, (acc_student, acc_teacher)
+    acc_before = _acc(wm, ae.decode(z_te).detach(), key)
+    acc_teacher = _acc(wm, target, key)  # the post-hoc watermark Dec(z_w*) it distils
+    assert acc_student >= min(0.9, acc_teacher - 0.05), (acc_student, acc_teacher, acc_before)
+    assert abs(acc_before - 0.5) < 0.2, acc_before
     wrong = random_message(K, generator=12)
     assert abs(_acc(wm, out, wrong) - 0.5) < 0.5 * abs(acc_student - 0.5) + 0.1
     # the original decoder is untouched
