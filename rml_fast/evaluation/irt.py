@@ -1051,7 +1051,7 @@ class ConsistencyReport:
         M2, mean over thresholds k of sd_v(b_vk) (finite thresholds only).
     theta_stability : ndarray (V,)
         Spearman correlation of theta-hat scored from variant v alone with theta-hat from all
-        variants (same calibrated model).
+        variants (same calibrated model); NaN where theta-hat from variant v alone is constant.
     theta, psd : ndarray (N,)
         EAP scores of the samples from all variants.
     reliability : float
