@@ -62,7 +62,7 @@ def test_watermark_is_decoded_with_the_key_and_not_without(trained):
     with torch.no_grad():
         clean = ae(held)
     acc = _acc(wm, xw, m)
-    assert acc > 0.9, acc  # 768 held-out bits; chance is 0.5 +- 0.018
+    assert acc > 0.9, acc  # 768 held-out bits (measured 0.99); chance is 0.5 +- 0.018
     assert abs(_acc(wm, xw, 1 - m) - (1 - acc)) < 1e-9  # the complementary key
     wrong = random_message(K, len(held), generator=6)
     assert abs(_acc(wm, xw, wrong) - 0.5) < 0.09
@@ -182,8 +182,9 @@ def test_decoder_distillation_moves_the_decoder_to_the_watermark(trained):
     acc_student = _acc(wm, out, key)
     acc_before = _acc(wm, ae.decode(z_te).detach(), key)
     acc_teacher = _acc(wm, target, key)  # the post-hoc watermark Dec(z_w*) it distils
-    assert acc_student >= min(0.9, acc_teacher - 0.05), (acc_student, acc_teacher, acc_before)
-    assert abs(acc_before - 0.5) < 0.2, acc_before
+    # measured: student 0.94, teacher 1.0, Dec(z) 0.61 (the clean bits are biased, not keyed)
+    assert acc_student >= 0.85 and acc_student >= acc_teacher - 0.1, (acc_student, acc_teacher)
+    assert acc_student > acc_before + 0.2, (acc_student, acc_before)
     wrong = random_message(K, generator=12)
     assert abs(_acc(wm, out, wrong) - 0.5) < 0.5 * abs(acc_student - 0.5) + 0.1
     # the original decoder is untouched
