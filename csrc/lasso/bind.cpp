@@ -127,7 +127,7 @@ py::tuple gram_path(const py::array_t<double, py::array::c_style>& G,
                     const py::array_t<double, py::array::c_style>& n,
                     const py::array_t<double, py::array::c_style>& lambdas,
                     const py::object& warm_start, double tol, i64 max_epochs, int anderson_k,
-                    int n_threads) {
+                    int n_threads, bool polish) {
   require(G.ndim() == 3 && G.shape(1) == G.shape(2), "G: expected a (P, m, m) float64 array");
   const i64 P = G.shape(0), m = G.shape(1);
   require(Xy.ndim() == 2 && Xy.shape(0) == P && Xy.shape(1) == m, "Xy: expected shape (P, m)");
@@ -157,6 +157,7 @@ py::tuple gram_path(const py::array_t<double, py::array::c_style>& G,
   opt.max_epochs = max_epochs;
   opt.anderson_k = anderson_k;
   opt.n_threads = n_threads;
+  opt.polish = polish;
   py::array_t<double> coefs({P, L, m});
   py::array_t<double> gaps({P, L});
   py::array_t<i64> epochs({P, L});
@@ -188,10 +189,12 @@ void register_lasso(py::module_ m) {
         "of X is finite: (norm2 (m,), finite). One pass over X, OpenMP over columns.");
   m.def("gram_path", &gram_path, "G"_a, "Xy"_a, "yy"_a, "n"_a, "lambdas"_a,
         "warm_start"_a = py::none(), "tol"_a = 1e-6, "max_epochs"_a = 10000, "anderson_k"_a = 5,
-        "n_threads"_a = 1,
+        "n_threads"_a = 1, "polish"_a = true,
         "Lasso paths of P problems given in Gram form (G (P, m, m), Xy (P, m), yy (P,), n (P,)):\n"
         "min_w 1/(2n)(yy - 2 w^T Xy + w^T G w) + lam ||w||_1 for every lambda (warm started).\n"
-        "Covariance-update CD with Anderson extrapolation; stops at gap <= tol * yy / (2n).\n"
+        "Covariance-update CD with Anderson extrapolation and support polishing (polish=True:\n"
+        "Cholesky solve of the optimality conditions on a stable support); stops at\n"
+        "gap <= tol * yy / (2n).\n"
         "Returns (coefs (P, L, m), gaps (P, L), epochs (P, L)). OpenMP over problems; releases\n"
         "the GIL.");
   m.def("bookkeeping_isa", &rml::lasso::bookkeeping_isa,

@@ -1493,11 +1493,69 @@ void gram_problem(const double* G, const double* Xy, double yy, double n, i64 m,
     w_acc.resize(M);
     c_acc.resize(M);
   }
+  // Polish: on the support S of w with its signs s, the Lasso optimum (if S and s are the
+  // optimal ones) solves G_SS w_S = Xy_S - n lam s. Solved by Cholesky; the point is taken
+  // when its signs are s and its objective is lower (the gap check then certifies it).
+  std::vector<i64> S;
+  std::vector<double> Ass, bs, wp(M), cp(M);
+  auto polish = [&](double lam) {
+    S.clear();
+    for (i64 j : live)
+      if (w[static_cast<size_t>(j)] != 0.0) S.push_back(j);
+    const i64 k = static_cast<i64>(S.size());
+    if (k == 0) return false;
+    Ass.resize(static_cast<size_t>(k * k));
+    bs.resize(static_cast<size_t>(k));
+    for (i64 a = 0; a < k; ++a) {
+      const double* Ga = G + S[static_cast<size_t>(a)] * m;
+      for (i64 q = 0; q <= a; ++q) Ass[static_cast<size_t>(a * k + q)] = Ga[S[static_cast<size_t>(q)]];
+      const double sa = w[static_cast<size_t>(S[static_cast<size_t>(a)])] > 0.0 ? 1.0 : -1.0;
+      bs[static_cast<size_t>(a)] = Xy[S[static_cast<size_t>(a)]] - n * lam * sa;
+    }
+    // Cholesky (lower), refusing a pivot below 1e-12 of its diagonal (a near-dependent S).
+    for (i64 j = 0; j < k; ++j) {
+      double* Lj = &Ass[static_cast<size_t>(j * k)];
+      double d = Lj[j];
+      const double d0 = d;
+      d -= dot_dd(Lj, Lj, j);
+      if (!(d > 1e-12 * d0)) return false;
+      d = std::sqrt(d);
+      Lj[j] = d;
+      for (i64 i = j + 1; i < k; ++i) {
+        double* Li = &Ass[static_cast<size_t>(i * k)];
+        Li[j] = (Li[j] - dot_dd(Li, Lj, j)) / d;
+      }
+    }
+    for (i64 i = 0; i < k; ++i) {  // L z = b
+      const double* Li = &Ass[static_cast<size_t>(i * k)];
+      bs[static_cast<size_t>(i)] = (bs[static_cast<size_t>(i)] - dot_dd(Li, bs.data(), i)) / Li[i];
+    }
+    for (i64 i = k - 1; i >= 0; --i) {  // L^T v = z
+      double v = bs[static_cast<size_t>(i)];
+      for (i64 p = i + 1; p < k; ++p) v -= Ass[static_cast<size_t>(p * k + i)] * bs[static_cast<size_t>(p)];
+      bs[static_cast<size_t>(i)] = v / Ass[static_cast<size_t>(i * k + i)];
+    }
+    std::fill(wp.begin(), wp.end(), 0.0);
+    for (i64 a = 0; a < k; ++a) {
+      const size_t j = static_cast<size_t>(S[static_cast<size_t>(a)]);
+      const double v = bs[static_cast<size_t>(a)];
+      if (!std::isfinite(v) || (v > 0.0) != (w[j] > 0.0) || v == 0.0) return false;
+      wp[j] = v;
+    }
+    grad(wp, cp);
+    double r1, b1, r2, b2;
+    if (!(primal(wp, cp, lam, &r1, &b1) <= primal(w, c, lam, &r2, &b2))) return false;
+    w.swap(wp);
+    c.swap(cp);
+    return true;
+  };
   for (i64 l = 0; l < L; ++l) {
     const double lam = lambdas[l];
     const double nl = n * lam;
     i64 ep = 0;
     int n_hist = 0;
+    i64 next_polish = opt.polish ? 1 : std::numeric_limits<i64>::max();
+    i64 wait = 1;
     double gap = 0.0;
     while (true) {
       gap = gap_of(lam);
@@ -1507,16 +1565,27 @@ void gram_problem(const double* G, const double* Xy, double yy, double n, i64 m,
         if (gap <= tol_abs) break;
       }
       if (ep >= opt.max_epochs) break;
+      bool changed = false;  // support or signs changed in this epoch
       for (i64 j : live) {
         const size_t jj = static_cast<size_t>(j);
         const double old = w[jj];
         const double nw = soft(old + c[jj] * inv[jj], nl * inv[jj]);
         if (nw != old) {
+          changed = changed || (old > 0.0) != (nw > 0.0) || (old < 0.0) != (nw < 0.0);
           w[jj] = nw;
           sub_scaled(c.data(), G + j * m, nw - old, m);
         }
       }
       ++ep;
+      if (!changed && ep >= next_polish) {
+        if (polish(lam)) {
+          n_hist = 0;  // the extrapolation history is stale
+          wait = 1;
+          continue;
+        }
+        wait = std::min<i64>(2 * wait, 64);  // back off after a refused polish
+        next_polish = ep + wait;
+      }
       if (K > 0) {
         std::copy(w.begin(), w.end(), hist.begin() + static_cast<std::ptrdiff_t>(n_hist) * m);
         if (++n_hist == K + 1) {

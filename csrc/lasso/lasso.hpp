@@ -61,6 +61,10 @@ struct GramOptions {
   std::int64_t max_epochs = 10000;
   int anderson_k = 5;
   int n_threads = 1;
+  // After an epoch that left the support and signs unchanged, solve the linear system of
+  // the optimality conditions on the support (Cholesky of G_SS); kept when its signs agree
+  // and its objective is lower. Refused polishes back off (2, 4, ... 64 epochs).
+  bool polish = true;
 };
 
 void gram_path(const double* G, const double* Xy, const double* yy, const double* n,

@@ -106,13 +106,15 @@ def test_zero_column_stays_zero_and_warm_start():
     np.testing.assert_allclose(again.coefs[0], res.coefs[-1], atol=1e-8)
 
 
-def test_anderson_off_gives_the_same_solution():
+@pytest.mark.parametrize("variant", [dict(anderson_k=0), dict(polish=False),
+                                     dict(anderson_k=0, polish=False)])
+def test_accelerations_off_give_the_same_solution(variant):
     X, y = _tall(300, 40, seed=5, rho=0.9)
     n = X.shape[0]
     lam = lambda_grid(X, y, 10, eps=1e-2)
     tol = 1e-9
-    a = lasso_path_gram(X.T @ X, X.T @ y, y @ y, n, lam, tol=tol, anderson_k=5)
-    b = lasso_path_gram(X.T @ X, X.T @ y, y @ y, n, lam, tol=tol, anderson_k=0)
+    a = lasso_path_gram(X.T @ X, X.T @ y, y @ y, n, lam, tol=tol)
+    b = lasso_path_gram(X.T @ X, X.T @ y, y @ y, n, lam, tol=tol, **variant)
     mu = np.linalg.eigvalsh(X.T @ X / n)[0]
     for ell in range(10):
         radius = np.sqrt(2 * a.gaps[ell] / mu) + np.sqrt(2 * b.gaps[ell] / mu) + 1e-9
@@ -156,3 +158,15 @@ def test_no_warning_on_converged_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lasso_path_gram(X.T @ X, X.T @ y, y @ y, 120, np.geomspace(1.0, 0.01, 20))
+
+
+def test_polish_reaches_the_exact_optimum():
+    # with polishing the path ends at the optimum: the gap is far below the tolerance asked
+    X, y = _tall(400, 25, seed=8, rho=0.7)
+    n = X.shape[0]
+    lam = lambda_grid(X, y, 30, eps=1e-3)
+    res = lasso_path_gram(X.T @ X, X.T @ y, y @ y, n, lam, tol=1e-4)
+    bound = 1e-4 * (y @ y) / (2 * n)
+    assert (res.gaps <= bound).all()
+    assert np.median(res.gaps) < 1e-6 * bound
+    assert np.median(res.n_epochs) <= 5
