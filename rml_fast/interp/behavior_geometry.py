@@ -322,8 +322,8 @@ class SyntheticAgent:
         return [candidates[i] for i in np.argsort(-scores)[:k]]
 
     def _word_index(self, w: Any, name: str) -> int:
-        if not isinstance(w, str):
-            raise TypeError(f"{name} must hold words (str), got {type(w).__name__} {w!r}")
+        if w is None:
+            raise TypeError(f"{name} must hold words (str), got None")
         i = self.index.get(_norm_word(w))
         if i is None:
             raise ValueError(f"{name}: the word {w!r} is not in the agent's vocabulary")

@@ -88,7 +88,8 @@ class TopKSAE(nn.Module):
         m = int(check_scalar(n_features, "n_features", Interval("int", 1, None)))
         k = int(check_scalar(k, "k", Interval("int", 1, m)))
         if seed is not None:
-            seed = int(check_scalar(seed, "seed", Interval("int", 0, 2**63 - 1)))
+            # torch.Generator.manual_seed's range (negative seeds wrap around, as before)
+            seed = int(check_scalar(seed, "seed", Interval("int", -(2**63), 2**64 - 1)))
         self.d, self.n_features, self.k, self.relu = d, m, k, bool(relu)
         gen = torch.Generator()
         gen.manual_seed(0 if seed is None else int(seed))
