@@ -88,13 +88,12 @@ def privacy_spent(
         return 0.0
     if noise_multiplier == 0.0:
         return math.inf
-    try:
-        acc = PLDAccountant(h=h).compose_gaussian(
-            std=noise_multiplier, sensitivity=1.0, count=steps, sampling_prob=sample_rate
-        )
-    except OverflowError as exc:  # refused, never answered with a made-up epsilon
-        raise ValueError(f"noise_multiplier={noise_multiplier!r} overflows the PLD accountant; "
-                         "use a smaller one (epsilon is already ~0 from about 1e6)") from exc
+    if noise_multiplier > 1e150:  # its square overflows: refused, never a made-up epsilon
+        raise ValueError(f"noise_multiplier must be at most 1e150 (the PLD accountant squares it; "
+                         f"epsilon is already ~0 from about 1e6), got {noise_multiplier!r}")
+    acc = PLDAccountant(h=h).compose_gaussian(
+        std=noise_multiplier, sensitivity=1.0, count=steps, sampling_prob=sample_rate
+    )
     return float(acc.get_epsilon(delta))
 
 

@@ -241,9 +241,13 @@ class PrivacyLossDistribution:
         )
         h, q, relation, tail = _common_args(h, sampling_prob, relation, tail_mass_truncation)
         estimator = _check_estimator(estimator)
+        try:
+            model = _gaussian_model(std, sensitivity)
+        except OverflowError as exc:  # std**2 or sensitivity**2 beyond float64
+            raise ValueError(f"std={std!r} and sensitivity={sensitivity!r} must have finite "
+                             "squares (below about 1e154)") from exc
         with _range_named(f"sensitivity={sensitivity!r}, std={std!r}, h={h!r}"):
-            return cls._from_model(_gaussian_model(std, sensitivity), h, q, relation, tail,
-                                   estimator)
+            return cls._from_model(model, h, q, relation, tail, estimator)
 
     @classmethod
     def from_laplace(

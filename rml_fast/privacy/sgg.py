@@ -47,6 +47,8 @@ __all__ = ["SGGMechanism", "optimal_sgg"]
 _POS = Interval("real", 0.0, None, "neither")
 _EPS = Interval("real", 0.0, None, "neither")
 _DELTA = Interval("real", 0.0, 1.0, "neither")
+#: largest epsilon whose e^epsilon the single-release accountant can evaluate (float64 range)
+_MAX_EXP = 700.0
 _N = Interval("int", 1, None)
 # The quadrature CDF is accurate to ~1e-15 absolute, so 1 - F cannot certify a smaller upper
 # tail: the top bucket is placed where 1 - F <= 1e-13, and that (computed) mass goes to +inf.
@@ -533,6 +535,9 @@ class SGGMechanism:
         granularity = _snapping.check_granularity(granularity)
         template = cls(dim, 1.0, k, p, sensitivity, None)
         exact = method == "auto" and template.is_gaussian
+        if not exact and n == 1 and estimator == "connect_dots" and epsilon > _MAX_EXP:
+            raise ValueError(f"epsilon must be at most {_MAX_EXP} for a single non-Gaussian "
+                             f"release (the accountant evaluates e^epsilon), got {epsilon!r}")
         if not exact and delta <= 1e-11:
             raise ValueError(
                 f"delta={delta} is below what the SGG accountant resolves (the quadrature PLD "
@@ -746,6 +751,13 @@ def optimal_sgg(
     True
     """
     dim = int(check_scalar(dim, "dim", Interval("int", 1, None)))
+    for name, grid in (("p_grid", p_grid), ("k_grid", k_grid)):
+        if not (grid is None and name == "k_grid") and (
+                isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__")):
+            raise TypeError(f"{name} must be a tuple of positive numbers, got "
+                            f"{type(grid).__name__}")
+    if not isinstance(refine, (bool, np.bool_)):
+        raise TypeError(f"refine must be a bool, got {type(refine).__name__}")
     ks = (float(dim),) if k_grid is None else tuple(float(check_scalar(v, "k_grid", _POS)) for v in k_grid)
     ps = tuple(float(check_scalar(v, "p_grid", _POS)) for v in p_grid)
     if not ps:

@@ -27,6 +27,7 @@ from rml_fast.privacy import (
     ClippingEngine,
     PrivacyLossDistribution,
     SGGMechanism,
+    optimal_sgg,
     per_sample_grad_norms,
     per_sample_losses,
 )
@@ -298,6 +299,14 @@ def test_pld_arguments_named():
             mech.pld(bad)
     with raises_naming(ValueError, "sensitivity"):
         PrivacyLossDistribution.from_laplace(1.0, 1e300)
+    with raises_naming(ValueError, "std"):
+        PrivacyLossDistribution.from_gaussian(1e300)
+    with raises_naming(TypeError, "p_grid"):
+        optimal_sgg(2, 1.0, 1e-5, p_grid=None)
+    with raises_naming(TypeError, "refine"):
+        optimal_sgg(2, 1.0, 1e-5, refine="yes")
+    with raises_naming(ValueError, "epsilon"):  # e^epsilon beyond float64
+        optimal_sgg(2, 1e300, 1e-5, p_grid=(1.0, 2.0), refine=False)
 
 
 def test_dpc4_classifier_predict_names_x():
