@@ -351,7 +351,8 @@ def gp_oracle_loglik(
     period = check_scalar(period, "period", Interval("real", 0, None, "neither"))
     outputscale = check_scalar(outputscale, "outputscale", Interval("real", 0, None))
     _check_bool(joint, "joint")
-    s2 = float(check_scalar(noise_std, "noise_std", Interval("real", 0, None, "neither"))) ** 2
+    # bounded so that the variance noise_std**2 stays a finite float
+    s2 = float(check_scalar(noise_std, "noise_std", Interval("real", 0, 1e150, "neither"))) ** 2
     kw = dict(period=period, outputscale=outputscale)
     Kqq = _gp_kernel(kernel, xq, xq, lengthscale, **kw)
     if xc.shape[0] > 0:

@@ -264,7 +264,7 @@ def test_bad_inputs_raise() -> None:
         nudft_type1(x, v, g, backend="cuda")
     with pytest.raises(ValueError, match="sign"):
         nudft_type1(x, v, g, sign=2)
-    with pytest.raises(ValueError, match="coeffs"):
+    with pytest.raises(ValueError, match="^yhat"):  # the argument's own name (issue 25)
         nudft_type2_hermitian(torch.zeros(2, 7, 1, dtype=torch.complex128), x, g)
     # the native binding re-checks its buffers
     from rml_fast._native import _C
@@ -300,7 +300,7 @@ def test_non_finite_inputs_raise(bad: float, backend: str) -> None:
     cb[1, 4, 0] = bad
     with pytest.raises(ValueError, match=r"^x must be finite"):
         nudft_type2_hermitian(coeffs, xb, g, backend=backend)
-    with pytest.raises(ValueError, match=r"^coeffs must be finite"):
+    with pytest.raises(ValueError, match=r"^yhat must be finite"):
         nudft_type2_hermitian(cb, x, g, backend=backend)
     w = torch.ones(g.n_freq, dtype=torch.float64)
     w[7] = bad
