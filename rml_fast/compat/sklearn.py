@@ -961,7 +961,8 @@ class LassoCV(_LinearPredictor):
             else:
                 grid = np.geomspace(alpha_max, alpha_max * eps, num=cast(int, count))
         probs = [data.problem(train, test) for train, test in folds]
-        n_threads = max(1, min(len(folds), int(effective_n_jobs(self.n_jobs))))
+        jobs = 1 if self.n_jobs is None else int(effective_n_jobs(self.n_jobs))
+        n_threads = max(1, min(len(folds), jobs))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", _RmlConvergenceWarning)
             res = _lasso_kernel.lasso_path_gram(
