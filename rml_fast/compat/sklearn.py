@@ -604,7 +604,7 @@ def _fold_mse(
 
 # --- LassoCV on Gram matrices (n >= m) -------------------------------------------------------
 
-_GRAM_MAX_FEATURES = 2048  # G of the folds: P m^2 float64 (160 MiB at m = 2048, 5 folds)
+_GRAM_MAX_FEATURES = 2048  # beyond, the residual-form kernel's working sets win
 _GRAM_MIN_TOL = 1e-11  # below, the gap computed from G is dominated by rounding
 # The Gram solver checks the gap after every epoch, so it stops just inside the bound it is
 # given, where scikit-learn's (which checks only once its coordinate updates are small) and
@@ -723,8 +723,14 @@ def _blas_one_thread(flops: float) -> Any:
         return contextlib.nullcontext()
 
 
-def _use_gram(n_min_train: int, m: int, tol: float) -> bool:
-    return m <= min(n_min_train, _GRAM_MAX_FEATURES) and tol >= _GRAM_MIN_TOL
+_GRAM_MAX_BYTES = 2**28  # the folds' Gram matrices together (P m^2 float64)
+
+
+def _use_gram(n_min_train: int, m: int, tol: float, n_folds: int = 1) -> bool:
+    """Gram form for tall data (scikit-learn's precompute="auto" rule) when the folds' Gram
+    matrices fit in 256 MiB and ``tol`` is above the rounding of a Gram-form gap."""
+    return (m <= min(n_min_train, _GRAM_MAX_FEATURES) and tol >= _GRAM_MIN_TOL
+            and 8 * (n_folds + 1) * m * m <= _GRAM_MAX_BYTES)
 
 
 class LassoCV(_LinearPredictor):
@@ -736,8 +742,9 @@ class LassoCV(_LinearPredictor):
     refitted on all the data, as scikit-learn does. Folds come from
     ``sklearn.model_selection.check_cv(cv)`` (5-fold ``KFold`` by default).
 
-    Tall data (``n_features <= `` the smallest training fold, ``n_features <= 2048``, ``tol >=
-    1e-11``; scikit-learn's ``precompute="auto"`` regime) is solved in Gram form: the data is
+    Tall data (``n_features <= `` the smallest training fold, ``n_features <= 2048``, the
+    folds' Gram matrices within 256 MiB, ``tol >= 1e-11``; scikit-learn's
+    ``precompute="auto"`` regime) is solved in Gram form: the data is
     centred once on its (weighted) mean, ``S = X_0^T diag(sw) X_0`` is computed once, each
     training fold's centred, rescaled Gram matrix is ``S`` minus its test rows' part, corrected
     for the fold's mean (computed directly when train and test do not partition the rows), and
@@ -901,7 +908,7 @@ class LassoCV(_LinearPredictor):
                 if sw[test].sum() <= 0:
                     raise ValueError("sample_weight sums to 0 on a test fold")
         m = X.shape[1]
-        if folds and _use_gram(min(len(tr) for tr, _ in folds), m, tol):
+        if folds and _use_gram(min(len(tr) for tr, _ in folds), m, tol, len(folds)):
             with _blas_one_thread(2.0 * n * m * m):
                 return self._fit_gram(X, y, sw, folds, grid, count, eps, fit_intercept, tol,
                                       max_iter)
