@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from rml_fast._checkpoint import load_checkpoint, save_checkpoint
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.models.autoencoder import _torch_generator
 from rml_fast.models.diffusion import DDPMSchedule
 
@@ -81,6 +81,17 @@ class TinyLatentDDPM(nn.Module):
         >>> g(torch.zeros(1, 2, 4, 4), torch.tensor([3])).shape
         torch.Size([1, 2, 4, 4])
         """
+        check_tensor(z_t, "z_t", ndim=4, nonempty=True)
+        if z_t.shape[1] != self.latent_channels:
+            raise ValueError(f"z_t must have shape (B, {self.latent_channels}, h, w), "
+                             f"got {tuple(z_t.shape)}")
+        check_tensor(t, "t", ndim=1, floating=False)
+        if t.dtype.is_complex or t.dtype == torch.bool or len(t) != len(z_t):
+            raise ValueError(f"t must be an integer tensor of shape ({len(z_t)},), got "
+                             f"{t.dtype} of shape {tuple(t.shape)}")
+        if len(t) and (int(t.min()) < 0 or int(t.max()) >= self.n_steps):
+            raise ValueError(f"t must hold steps in [0, {self.n_steps - 1}]")
+        z_t = z_t.to(torch.float32)
         h = self.inp(z_t)
         te = self.temb(self._t_embed(t)).view(len(t), 3, self.width, 1, 1)
         for i, blk in enumerate(self.blocks):
@@ -108,8 +119,8 @@ class TinyLatentDDPM(nn.Module):
         >>> len(g.losses_)
         3
         """
-        if not isinstance(latents, Tensor) or latents.ndim != 4 or \
-                latents.shape[1] != self.latent_channels or len(latents) == 0:
+        check_tensor(latents, "latents", ndim=4, nonempty=True)
+        if latents.shape[1] != self.latent_channels or len(latents) == 0:
             raise ValueError(f"latents must be a tensor of shape (N, {self.latent_channels}, h, w)")
         if not bool(torch.isfinite(latents).all()):
             raise ValueError("latents must be finite")
@@ -183,6 +194,10 @@ class TinyLatentDDPM(nn.Module):
         torch.Size([1, 1, 2, 2])
         """
         n = int(check_scalar(n, "n", Interval("int", 1, None)))
+        if (not isinstance(size, (tuple, list)) or len(size) != 2
+                or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
+                           for v in size)):
+            raise ValueError(f"size must be a pair (h, w) of positive ints, got {size!r}")
         g = _torch_generator(generator, "generator")
         s = self.schedule
         z = torch.randn((n, self.latent_channels, *size), generator=g)

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rml_fast._checkpoint import load_checkpoint, save_checkpoint
-from rml_fast._validation import Interval, check_scalar
+from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.models.autoencoder import _torch_generator, check_images
 from rml_fast.watermark._distseal_ddpm import TinyLatentDDPM
 from rml_fast.watermark.augment import Augmenter
@@ -115,6 +115,8 @@ def _check_message(m: Any, K: int, B: int | None, name: str = "m") -> Tensor:
     if not isinstance(m, Tensor):
         raise TypeError(f"{name} must be a tensor of bits of shape (B, {K}) or ({K},), "
                         f"got {type(m).__name__}")
+    if m.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if m.ndim not in (1, 2) or m.shape[-1] != K:
         raise ValueError(f"{name} must have shape (B, {K}) or ({K},), got {tuple(m.shape)}")
     if m.dtype.is_complex or not bool(((m == 0) | (m == 1)).all()):
@@ -133,6 +135,8 @@ def _check_latents(z: Any, C: int, name: str = "latents") -> Tensor:
     if not isinstance(z, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, {C}, h, w), "
                         f"got {type(z).__name__}")
+    if z.device.type == "meta":
+        raise ValueError(f"{name} must hold values, got a tensor on the 'meta' device")
     if z.ndim != 4 or z.shape[1] != C or z.shape[0] == 0:
         raise ValueError(f"{name} must have shape (B, {C}, h, w), got {tuple(z.shape)}")
     if not z.is_floating_point() or not bool(torch.isfinite(z).all()):
@@ -196,8 +200,10 @@ class StraightThroughQuantizer(nn.Module):
 
     def __init__(self, codebook: Tensor) -> None:
         super().__init__()
-        if not isinstance(codebook, Tensor) or codebook.ndim != 2 or codebook.shape[0] < 1:
-            raise ValueError("codebook must be a tensor of shape (n_codes, C)")
+        check_tensor(codebook, "codebook", ndim=2)
+        if codebook.shape[0] < 1 or codebook.shape[1] < 1:
+            raise ValueError(f"codebook must have shape (n_codes, C) with n_codes, C >= 1, "
+                             f"got {tuple(codebook.shape)}")
         self.register_buffer("codebook", codebook.detach().clone().to(torch.float32))
 
     @classmethod
@@ -212,9 +218,13 @@ class StraightThroughQuantizer(nn.Module):
         """
         from sklearn.cluster import KMeans
 
-        if not isinstance(latents, Tensor) or latents.ndim != 4:
-            raise ValueError("latents must be a tensor of shape (B, C, h, w)")
+        check_tensor(latents, "latents", ndim=4, nonempty=True)
         k = int(check_scalar(n_codes, "n_codes", Interval("int", 1, None)))
+        check_scalar(seed, "seed", Interval("int", 0, None))
+        n_vec = latents.shape[0] * latents.shape[2] * latents.shape[3]
+        if k > n_vec:
+            raise ValueError(f"n_codes must be at most the number of latent vectors "
+                             f"B * h * w = {n_vec}, got {k}")
         v = latents.detach().permute(0, 2, 3, 1).reshape(-1, latents.shape[1]).double().numpy()
         km = KMeans(n_clusters=k, n_init=1, random_state=seed).fit(v)
         return cls(torch.from_numpy(km.cluster_centers_).to(torch.float32))
@@ -228,6 +238,7 @@ class StraightThroughQuantizer(nn.Module):
         >>> q.quantize(torch.tensor([0.9, 0.2]).view(1, 2, 1, 1)).flatten().tolist()
         [1.0, 0.0]
         """
+        check_tensor(z, "z", ndim=4)
         B, C, h, w = z.shape
         if self.codebook.shape[1] != C:
             raise ValueError(f"z must have {self.codebook.shape[1]} channels, got {C}")
@@ -247,6 +258,7 @@ class StraightThroughQuantizer(nn.Module):
         >>> q(z).sum().backward(); z.grad.item()
         1.0
         """
+        check_tensor(z, "z", ndim=4)
         return self.quantize(z) + (z - z.detach())
 
 
@@ -420,7 +432,10 @@ class PixelExtractor(nn.Module):
         >>> PixelExtractor(1, 4)(torch.rand(1, 1, 8, 8)).shape
         torch.Size([1, 5])
         """
-        h = self.net(2 * x - 1)
+        check_tensor(x, "x", ndim=4, nonempty=True)
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f"x must have {self.in_channels} channels, got shape {tuple(x.shape)}")
+        h = self.net(2 * x.to(self.net[0].weight.dtype) - 1)
         if self.pool == "mean":
             return self.head(h).mean(dim=(2, 3))
         return self.head(F.adaptive_avg_pool2d(h, self.grid).flatten(1))
