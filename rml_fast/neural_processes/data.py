@@ -177,6 +177,17 @@ def gp_kernel(
 
     ``rbf``: :math:`s^2 e^{-r^2/(2\ell^2)}`; ``matern12/32/52``: the Matern family with
     :math:`\nu = 1/2, 3/2, 5/2`; ``periodic``: :math:`s^2 \exp(-2 \sin^2(\pi r / p)/\ell^2)`.
+
+    ``x1`` and ``x2`` must be finite real arrays with the same number of columns;
+    ``lengthscale`` and ``period`` > 0, ``outputscale`` >= 0 (ValueError / TypeError naming
+    the argument otherwise).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0], [1.0]])
+    >>> np.round(gp_kernel("rbf", x, x, 1.0), 4).tolist()
+    [[1.0, 0.6065], [0.6065, 1.0]]
     """
     if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
