@@ -264,7 +264,7 @@ def test_bad_inputs_raise() -> None:
         nudft_type1(x, v, g, backend="cuda")
     with pytest.raises(ValueError, match="sign"):
         nudft_type1(x, v, g, sign=2)
-    with pytest.raises(ValueError, match="^yhat"):  # the argument's own name (issue 25)
+    with pytest.raises(ValueError, match=r"^yhat"):  # the argument's own name (issue 25)
         nudft_type2_hermitian(torch.zeros(2, 7, 1, dtype=torch.complex128), x, g)
     # the native binding re-checks its buffers
     from rml_fast._native import _C

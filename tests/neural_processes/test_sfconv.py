@@ -319,7 +319,7 @@ def test_bad_forward_inputs() -> None:
     xc, xq = torch.rand(2, 5, 1), torch.rand(2, 4, 1)
     with pytest.raises(ValueError, match="zv"):
         conv(torch.randn(2, 5, 4), xq, xc)
-    with pytest.raises(ValueError, match="^xq"):  # the argument's own name (issue 25)
+    with pytest.raises(ValueError, match=r"^xq"):  # the argument's own name (issue 25)
         conv(torch.randn(2, 5, 3), torch.rand(2, 4, 2), xc)
     with pytest.raises(ValueError, match="volterra_rank"):
         SetFourierVolterraConv(1, 3, 6, 1.0, 0.5, volterra_rank=0)
