@@ -157,10 +157,10 @@ def layer_norm(x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None) 
     if w is None:
         return x
     d = x.shape[-1]
-    for t, name in ((w, "w"), (b, "b")):
-        if t is None and name == "b":
+    for t_, name in ((w, "w"), (b, "b")):
+        if t_ is None and name == "b":
             continue
-        _check_act(t, name)
+        t = _check_act(t_, name)
         if t.shape != (d,):
             raise ValueError(f"{name} must have shape ({d},) like x's last axis, got {tuple(t.shape)}")
         if t.device != x.device:
