@@ -287,3 +287,22 @@ def test_demo_quick_runs_and_reports(tmp_path):
     assert res["distill_l1_after"] < res["distill_l1_before"]
     table = format_table(res)
     assert "bit accuracy, key" in table and "generator distillation" in table
+
+
+def test_aug_start_delays_the_augmentation_layer(trained):
+    ae, _, train, _ = trained
+    kw = {"steps": 4, "batch_size": 8, "lr": 1e-3, "lambda_adv": 0.0, "progress": False}
+
+    def fit(**extra):
+        return LatentWatermarker(ae, nbits=K, width=8, seed=4).fit(train[:32], **kw, **extra)
+
+    plain = fit(augmenter=False)
+    # never switched on within the run: exactly the run without augmentation
+    late = fit(augmenter=Augmenter(["noise"], 1, generator=0), aug_start=1.0)
+    np.testing.assert_allclose(late.history_["loss"], plain.history_["loss"], rtol=1e-6)
+    # switched on halfway: the first half is unchanged, the second half differs
+    half = fit(augmenter=Augmenter(["noise"], 1, generator=0), aug_start=0.5)
+    np.testing.assert_allclose(half.history_["loss"][:2], plain.history_["loss"][:2], rtol=1e-6)
+    assert half.history_["loss"][2:] != plain.history_["loss"][2:]
+    with pytest.raises(ValueError, match="aug_start"):
+        fit(augmenter=False, aug_start=1.5)
