@@ -630,7 +630,10 @@ class SetFourierConv(nn.Module):
             zv = self.input_mixing(zv)
         # plans of other transform providers (duck-typed, no backend) take the split product too
         reference = getattr(plan, "backend", None) == "reference"
-        if self._layout is not None and not self.low_rank and not reference:
+        # Inductor (torch 2.13, CPU, vectorised) corrupts the heap in the backward of the split
+        # product's graph (see docs/compat.md); traced graphs take the embedding formulation
+        split = not (reference or torch.compiler.is_compiling())
+        if self._layout is not None and not self.low_rank and split:
             y_re, y_im = self._split_product(zv, plan)
         else:  # the reference code's formulation: embedding E (2C channels), full product
             y_re, y_im = self.spectral_product(*self.embed(zv, plan))
