@@ -431,8 +431,7 @@ def _noncontig_np(a: np.ndarray) -> np.ndarray:
 
 def _with_nan(a: np.ndarray, value: float, pos: int) -> np.ndarray:
     b = np.array(a, dtype=a.dtype, copy=True)
-    flat = b.reshape(-1)
-    flat[pos % flat.size] = value
+    b.flat[pos % b.size] = value  # (reshape(-1) would copy a Fortran-ordered array)
     return b
 
 

@@ -149,6 +149,19 @@ EXCLUDED: dict[str, str] = {
 # entries whose only failures are time-outs are not strict (those depend on the machine).
 KNOWN_DEFECTS = load_fuzz("_known_defects").KNOWN_DEFECTS
 
+# Entry points whose documented semantics give NaN a meaning (a missing cell or rating), so a
+# finite result from NaN input is their contract, not a silently wrong number. Every other
+# mutation is still checked for them.
+NAN_MEANS_MISSING: dict[str, str] = {
+    "rml_fast.alignment.air.air_loss":
+        "valid=None treats NaN cells as missing (context_risk returns NaN for empty cells)",
+    "rml_fast.alignment.air.vrex_loss":
+        "valid=None treats NaN cells as missing (context_risk returns NaN for empty cells)",
+    "rml_fast.evaluation.irt.krippendorff_alpha": "NaN marks a missing rating",
+    "rml_fast.evaluation.irt.ConsistencyReport":
+        "theta_stability is NaN when a variant's ability estimate is constant",
+}
+
 SLOW_S = 0.05  # a baseline slower than this gets its 4 highest-priority mutations only
 HYPOTHESIS_EXAMPLES = 3
 
@@ -183,6 +196,8 @@ def test_fuzz_entry_point(entry, fuzz_session, monkeypatch):
     budget = {"slow_labels": 2}
     for call in calls:
         failures += fz.fuzz_call(call, SLOW_S, HYPOTHESIS_EXAMPLES, budget)
+    if entry in NAN_MEANS_MISSING:
+        failures = [f for f in failures if " accepted_nan: " not in f]
     fz.STATS.fuzzed += 1
     assert not failures, f"{len(failures)} contract violation(s):\n" + "\n".join(failures)
 
@@ -190,7 +205,7 @@ def test_fuzz_entry_point(entry, fuzz_session, monkeypatch):
 @needs_fuzz
 def test_every_entry_point_is_fuzzed_or_excluded(fuzz_session):
     names = {ep.name for ep in ENTRIES}
-    stale = sorted((set(EXCLUDED) | set(KNOWN_DEFECTS)) - names)
+    stale = sorted((set(EXCLUDED) | set(KNOWN_DEFECTS) | set(NAN_MEANS_MISSING)) - names)
     assert not stale, f"exclusions or known defects naming no entry point: {stale}"
     recorded = {c.entry for c in fuzz_session["calls"].values()}
     auto = [ep.name for ep in ENTRIES if _auto_excluded(ep)]
