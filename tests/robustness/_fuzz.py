@@ -447,7 +447,7 @@ def array_mutations(a: np.ndarray, pos: int = 0) -> list[tuple[str, Any, str]]:
     if a.ndim >= 1:
         out.append(("empty", a[:0].copy(), "any"))
     out.append(("extra_dim", a[None].copy(), "any"))
-    if a.ndim >= 1:
+    if a.ndim >= 2 or (a.ndim == 1 and a.size > 0):
         out.append(("ravel_or_scalar", a.reshape(-1)[:1].reshape(()) if a.ndim == 1
                     else a.reshape(-1).copy(), "any"))
     out.append(("complex", a.astype(np.complex128), "any"))
