@@ -1002,7 +1002,7 @@ class RobustComplementarity(BaseEstimator):
                 raise ValueError("space='logit' needs 0/1 outcomes y")
         X = X.astype(np.float64, copy=False)
         h = X[:, 0]
-        gen = check_rng(self.random_state)
+        gen = check_rng(self.random_state, "random_state")
         seed = int(gen.integers(0, 2**63 - 1))  # the same resamples for every AI column
         per_ai = [self._fit_one(h, X[:, j], y, seed) for j in range(1, X.shape[1])]
         crit = np.array([r["criterion"] for r in per_ai])

@@ -174,7 +174,7 @@ class _DPC4Linear(BaseEstimator):
             sigma = calibrate_noise_multiplier(v["epsilon"], v["delta"], q, T)
         else:
             sigma = float(self.noise_multiplier)
-        rng = check_rng(self.random_state)
+        rng = check_rng(self.random_state, "random_state")
         seed = seed_from_rng(rng)
         Xa = np.hstack([X, np.ones((n, 1), X.dtype)]) if self.fit_intercept else X
         dim = Xa.shape[1]
