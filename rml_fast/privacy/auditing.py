@@ -771,6 +771,9 @@ class TrainingAudit:
     included: np.ndarray
     train_accuracy: float
 
+    def __post_init__(self) -> None:
+        _no_nan(self, ("scores",))  # an audit read from NaN canary scores would be void
+
 
 def audit_dp_training(
     X: Any,
@@ -865,8 +868,11 @@ def audit_dp_training(
 
     Xa = check_array(X, "X", dtypes=(np.float64,), ndim=2)
     ya = check_array(y, "y", dtypes=(np.float64,), ndim=1)
+    if Xa.shape[0] == 0:
+        raise ValueError(f"X must hold at least one row, got shape {Xa.shape}")
     if ya.shape[0] != Xa.shape[0]:
-        raise ValueError(f"y must have shape ({Xa.shape[0]},), got {ya.shape}")
+        raise ValueError(f"y must have shape ({Xa.shape[0]},) (one label per row of X), got "
+                         f"{ya.shape}")
     if not np.isin(ya, (0.0, 1.0)).all():
         raise ValueError("y must hold binary labels in {0, 1}")
     if algorithm not in ALGORITHMS:

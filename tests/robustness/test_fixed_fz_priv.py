@@ -34,6 +34,7 @@ from rml_fast.privacy import (
 from rml_fast.privacy.auditing import (
     DeltaEstimate,
     audit_canary_scores,
+    audit_dp_training,
     empirical_delta,
     one_run_epsilon_lower_bound,
     one_run_p_value,
@@ -180,6 +181,8 @@ def test_complementarity_names_its_arguments():
             compare_strategies(**args, strategies=["human"], uncertainty="none")
     with raises_naming(ValueError, "X"):
         RobustComplementarity(uncertainty="none").fit(X[:, :1].ravel(), sim.y)
+    with raises_naming(TypeError, "random_state"):
+        RobustComplementarity(uncertainty="none", random_state="seed").fit(X, sim.y)
     with raises_naming(ValueError, "s_h"):
         robust_pooling_weight(1e300, (0.25, 0.35), (-0.3, -0.1))
     r = robust_pooling_weight(0.3, (0.25, 0.35), (-0.3, -0.1))  # the docstring's numbers
@@ -273,6 +276,8 @@ def test_one_run_counts_and_canary_scores_named():
     assert one_run_p_value(0, 0, 100, 1.0, 1e-5) == pytest.approx(1.0)
     with raises_naming(ValueError, "scores"):
         audit_canary_scores(np.zeros(0), np.zeros(10, bool), 1e-6)
+    with raises_naming(ValueError, "X"):
+        audit_dp_training(np.zeros((0, 3)), np.zeros(200), target_epsilon=1.0, target_delta=1e-5)
 
 
 def test_dp_c4_scalars_named():
