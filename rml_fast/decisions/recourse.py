@@ -43,7 +43,7 @@ from rml_fast.decisions._recourse_search import (
     margins,
     search,
 )
-from rml_fast.strategic._named_validation import validate_named
+from rml_fast._sklearn_validation import validate_named
 
 __all__ = ["AdaptiveSubspaceRecourse", "RecourseResult", "as_predict_proba", "asr_recourse",
            "validity_under"]

@@ -36,8 +36,9 @@ from sklearn.utils import ClassifierTags, Tags
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
+from rml_fast._sklearn_validation import check_targets_named as check_targets
+from rml_fast._sklearn_validation import validate_named
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
-from rml_fast.fairness._checks import check_targets, validate_Xy
 from rml_fast.fairness._compatibility_game import MASKINGS, MetricGame
 from rml_fast.fairness._compatibility_kernels import (
     moebius_inplace,
@@ -902,7 +903,7 @@ class MetricCompatibility(BaseEstimator):
         """
         from sklearn.linear_model import LogisticRegression
 
-        X_arr, y = validate_Xy(self, X, y, dtype=[np.float64, np.float32],
+        X_arr, y = validate_named(self, X, y, dtype=[np.float64, np.float32],
                                ensure_min_samples=2)
         n, p = X_arr.shape
         check_targets(y)

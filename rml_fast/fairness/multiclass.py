@@ -39,9 +39,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from threadpoolctl import threadpool_limits
 
+from rml_fast._sklearn_validation import check_targets_named as check_targets
+from rml_fast._sklearn_validation import validate_named
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.exceptions import ConvergenceWarning, InfeasibleError
-from rml_fast.fairness._checks import check_targets, validate_X, validate_Xy
 from rml_fast.fairness._multiclass_dual import fista_dual, lbfgs_dual, softmax_scores
 
 __all__ = [
@@ -656,7 +657,7 @@ class OptFairPostProcessor(ClassifierMixin, BaseEstimator):
             y_idx = y.astype(np.int64)
             Xv = P
         else:
-            Xv, y = validate_Xy(self, X, y)
+            Xv, y = validate_named(self, X, y)
             check_targets(y)
             if sample_weight is not None:
                 sample_weight = _check_sample_weight(sample_weight, Xv)
@@ -728,7 +729,7 @@ class OptFairPostProcessor(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "lambda_")
         if not self._passthrough():
-            X = validate_X(self, X)
+            X = validate_named(self, X, reset=False)
         P = self._base_proba(X, reset=False)
         gp = self._group_proba(X, P, sensitive_features, group_proba, fitting=False)
         if gp is None:
@@ -870,7 +871,7 @@ class OptFairInProcessing(ClassifierMixin, BaseEstimator):
         if any(int(h) < 1 for h in self.hidden_layer_sizes):
             raise ValueError(f"hidden_layer_sizes must hold ints >= 1, got "
                              f"{self.hidden_layer_sizes!r}")
-        X, y = validate_Xy(self, X, y)
+        X, y = validate_named(self, X, y)
         check_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         K = self.classes_.size
@@ -959,7 +960,7 @@ class OptFairInProcessing(ClassifierMixin, BaseEstimator):
         ndarray of shape (n, K)
         """
         check_is_fitted(self, "lambda_")
-        X = validate_X(self, X)
+        X = validate_named(self, X, reset=False)
         return self._proba(X)
 
     def predict(self, X):
@@ -1077,7 +1078,7 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         check_scalar(self.refine_iter, "refine_iter", Interval("int", 0, None))
         if self.bound is not None:
             check_scalar(self.bound, "bound", Interval("real", 0, None, closed="neither"))
-        X, y = validate_Xy(self, X, y)
+        X, y = validate_named(self, X, y)
         check_targets(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         K = self.classes_.size
@@ -1172,7 +1173,7 @@ class OptFairReduction(ClassifierMixin, BaseEstimator):
         ndarray of shape (n, K)
         """
         check_is_fitted(self, "estimators_")
-        X = validate_X(self, X)
+        X = validate_named(self, X, reset=False)
         K = self.classes_.size
         H = np.zeros((X.shape[0], K))
         for wt, est in zip(self.weights_, self.estimators_, strict=True):

@@ -34,7 +34,7 @@ from rml_fast.privacy.dp_c4 import (
     privacy_spent,
     stability_floor_beta,
 )
-from rml_fast.strategic._named_validation import check_targets_named, validate_named
+from rml_fast._sklearn_validation import check_targets_named, validate_named
 
 __all__ = ["DPC4Classifier", "DPC4Regressor"]
 

@@ -38,7 +38,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from rml_fast._validation import check_array, check_rng
 from rml_fast.exceptions import InfeasibleError
-from rml_fast.strategic._named_validation import (
+from rml_fast._sklearn_validation import (
     as_float_rows,
     check_targets_named,
     validate_named,

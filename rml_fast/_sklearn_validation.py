@@ -4,8 +4,8 @@ sklearn's ``validate_data`` says "Found array with 0 sample(s)" or "Input X cont
 without naming the user's argument (which may be ``X_ref`` or ``X_fit``, not ``X``). These
 wrappers run it unchanged on valid input (same arrays, same speed) and, only when it refuses an
 input, re-raise the same exception type with the argument's name in front of sklearn's message
-(which is kept whole, so regex checks on it still match). Shared by the strategic, decisions and
-privacy estimators.
+(which is kept whole, so regex checks on it still match). Shared by the strategic, decisions,
+privacy and fairness estimators.
 """
 
 from __future__ import annotations
