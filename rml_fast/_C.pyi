@@ -153,6 +153,20 @@ class lasso:  # submodule rml_fast._C.lasso
     ) -> tuple[npt.NDArray[np.float64], bool]: ...
     @staticmethod
     def bookkeeping_isa() -> str: ...
+    @staticmethod
+    def gram_path(
+        G: npt.NDArray[np.float64],
+        Xy: npt.NDArray[np.float64],
+        yy: npt.NDArray[np.float64],
+        n: npt.NDArray[np.float64],
+        lambdas: npt.NDArray[np.float64],
+        warm_start: npt.NDArray[np.float64] | None = None,
+        tol: float = 1e-6,
+        max_epochs: int = 10000,
+        anderson_k: int = 5,
+        n_threads: int = 1,
+        polish: bool = True,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]: ...
 
 class gravitree:  # submodule rml_fast._C.gravitree
     class Search:

@@ -228,7 +228,7 @@ def check_tensor(
     if nonempty and t.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
     tracing = bool(torch.compiler.is_compiling()) or bool(torch.compiler.is_exporting())
-    if finite and not tracing and t.is_floating_point() and t.numel():
-        if not bool(torch.isfinite(t.detach()).all()):
-            raise ValueError(f"{name} must be finite, got NaN or infinite values")
+    if (finite and not tracing and t.is_floating_point() and t.numel()
+            and not bool(torch.isfinite(t.detach()).all())):
+        raise ValueError(f"{name} must be finite, got NaN or infinite values")
     return t

@@ -201,8 +201,10 @@ def _ratios(rows: list[dict[str, Any]]) -> list[float]:
 
 def _ratio_cell(ratio: Any) -> str:
     """A row's ratio as text; a value of another type (a hand-edited file) is shown as is."""
-    if ratio is None or (isinstance(ratio, numbers.Real) and not isinstance(ratio, bool)):
-        return format_ratio(ratio)
+    if ratio is None:
+        return format_ratio(None)
+    if isinstance(ratio, numbers.Real) and not isinstance(ratio, bool):
+        return format_ratio(float(ratio))
     return str(ratio)
 
 

@@ -120,12 +120,12 @@ class _naming:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, typ: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
         if exc is None or not isinstance(exc, (ValueError, TypeError)):
-            return False
+            return
         msg = str(exc)
         if re.search(rf"(?<![A-Za-z0-9_]){re.escape(self.name)}(?![A-Za-z0-9_])", msg):
-            return False
+            return
         cls = ValueError if isinstance(exc, ValueError) else TypeError
         raise cls(f"{self.name}: {msg}") from exc
 
@@ -660,7 +660,7 @@ class _GramCV:
             mask[train] = True
             complement = (test is not None and int(mask.sum()) == n_tr
                           and n_tr + len(test) == self.n and not mask[test].any())
-            if complement and len(test) < n_tr:
+            if complement and test is not None and len(test) < n_tr:
                 Xt, Xtw, yt, ytw = self.X0[test], self.Xw[test], self.y0[test], self.yw[test]
                 S = self.S - Xtw.T @ Xt
                 sx, sxy = self.sx - Xtw.sum(axis=0), self.sxy - Xtw.T @ yt

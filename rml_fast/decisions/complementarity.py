@@ -42,9 +42,9 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from rml_fast._sklearn_validation import validate_named
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar
 from rml_fast.decisions._complementarity_boot import bootstrap_counts, bootstrap_means
-from rml_fast._sklearn_validation import validate_named
 
 __all__ = [
     "STRATEGIES",

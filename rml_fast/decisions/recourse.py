@@ -33,6 +33,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from rml_fast._sklearn_validation import validate_named
 from rml_fast._validation import Interval, check_array, check_rng, check_scalar, validate_params
 from rml_fast.decisions._recourse_search import (
     _Config,
@@ -43,7 +44,6 @@ from rml_fast.decisions._recourse_search import (
     margins,
     search,
 )
-from rml_fast._sklearn_validation import validate_named
 
 __all__ = ["AdaptiveSubspaceRecourse", "RecourseResult", "as_predict_proba", "asr_recourse",
            "validity_under"]

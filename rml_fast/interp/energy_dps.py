@@ -74,7 +74,7 @@ def center_mask(h: int, w: int, frac: float) -> Tensor:
 def _check_frac(frac: Any, name: str) -> float:
     if isinstance(frac, bool) or not isinstance(frac, numbers.Real):
         raise TypeError(f"{name} must be a real number in (0, 1], got {type(frac).__name__}")
-    if not 0 < frac <= 1:
+    if not 0 < float(frac) <= 1:
         raise ValueError(f"{name} must be in (0, 1], got {frac!r}")
     return float(frac)
 

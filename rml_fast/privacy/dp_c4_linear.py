@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "DPC4Classifier/DPC4Regressor need scikit-learn: pip install scikit-learn"
     ) from exc
 
+from rml_fast._sklearn_validation import check_targets_named, validate_named
 from rml_fast._validation import Interval, check_rng, check_scalar
 from rml_fast.kernels.random import MAX_COUNTER, normal, seed_from_rng
 from rml_fast.privacy.clipping import NonFiniteGradientError
@@ -34,7 +35,6 @@ from rml_fast.privacy.dp_c4 import (
     privacy_spent,
     stability_floor_beta,
 )
-from rml_fast._sklearn_validation import check_targets_named, validate_named
 
 __all__ = ["DPC4Classifier", "DPC4Regressor"]
 

@@ -36,13 +36,13 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from rml_fast._validation import check_array, check_rng
-from rml_fast.exceptions import InfeasibleError
 from rml_fast._sklearn_validation import (
     as_float_rows,
     check_targets_named,
     validate_named,
 )
+from rml_fast._validation import check_array, check_rng
+from rml_fast.exceptions import InfeasibleError
 
 __all__ = [
     "AmbiguousStrategicClassifier",

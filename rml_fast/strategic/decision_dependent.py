@@ -58,9 +58,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted
 
+from rml_fast._sklearn_validation import check_targets_named, validate_named
 from rml_fast._validation import Interval, check_array, check_scalar
 from rml_fast.exceptions import ConvergenceWarning, InfeasibleError
-from rml_fast._sklearn_validation import check_targets_named, validate_named
 from rml_fast.strategic.simulator import _linear_best_response
 
 __all__ = [
