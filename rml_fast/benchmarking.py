@@ -61,6 +61,14 @@ class Timing:
     q80_s: float
     runs_s: tuple[float, ...]
 
+    def __post_init__(self) -> None:
+        for name in ("median_s", "q20_s", "q80_s"):
+            check_scalar(getattr(self, name), name, Interval("real", 0, None))
+        if not isinstance(self.runs_s, (tuple, list)) or not self.runs_s:
+            raise TypeError(f"runs_s must be a non-empty tuple of seconds, got {self.runs_s!r}")
+        for t in self.runs_s:
+            check_scalar(t, "runs_s", Interval("real", 0, None))
+
 
 def time_call(
     fn: Callable[[], Any],
@@ -160,7 +168,18 @@ def peak_memory_mb(fn: Callable[[], Any], *, device: str = "cpu") -> float | Non
     high-water mark reset just before the call (Linux ``/proc/self/clear_refs``), or else by
     sampling every millisecond (which can miss short peaks). Memory the allocator reuses
     without new pages does not count. On CUDA it is the caching allocator's peak.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> mb = peak_memory_mb(lambda: np.ones(2**22).sum())  # a 32 MiB temporary
+    >>> mb is None or mb >= 0
+    True
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a device string such as 'cpu', got {device!r}")
     if device.startswith("cuda"):
         import torch
 
@@ -182,7 +201,14 @@ def peak_memory_mb(fn: Callable[[], Any], *, device: str = "cpu") -> float | Non
 
 
 def machine_info() -> dict[str, Any]:
-    """Cores, threads and versions, recorded with every benchmark row."""
+    """Cores, threads and versions, recorded with every benchmark row.
+
+    Examples
+    --------
+    >>> info = machine_info()
+    >>> info["cpu_count"] >= 1
+    True
+    """
     import importlib.metadata as md
 
     def version(dist: str) -> str | None:
@@ -262,12 +288,23 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+def _check_module_name(module: Any) -> None:
+    if not isinstance(module, str) or not module.strip(". "):
+        raise TypeError(f"module must be a non-empty module name (str), got {module!r}")
+
+
 def optional_extra(module: str) -> str | None:
     """The pip extra of rml_fast that installs ``module`` (e.g. ``"bench"``), or None.
 
     Read from the installed package's metadata, so it follows ``pyproject.toml``; None for a
     core dependency or a module no extra provides.
+
+    Examples
+    --------
+    >>> optional_extra("numpy") is None  # a core dependency
+    True
     """
+    _check_module_name(module)
     top = module.split(".")[0]
     dist = _normalise(_DIST_OF_MODULE.get(top, top))
     try:
@@ -294,6 +331,11 @@ def missing_dependency_message(exc: BaseException) -> str | None:
     module one of rml_fast's pip extras provides, and names the extra to install; None for
     anything else (a missing core module or an error inside rml_fast is a bug, not an
     optional peer).
+
+    Examples
+    --------
+    >>> missing_dependency_message(ModuleNotFoundError("no module", name="numpy")) is None
+    True
     """
     seen: set[int] = set()
     err: BaseException | None = exc
@@ -321,6 +363,7 @@ def missing_peer(module: str) -> str | None:
     >>> missing_peer("no_such_peer_module")
     'no_such_peer_module is not installed'
     """
+    _check_module_name(module)
     top = module.split(".")[0]
     if importlib.util.find_spec(top) is not None:
         return None
@@ -330,7 +373,13 @@ def missing_peer(module: str) -> str | None:
 
 
 def import_skip_reason(exc: ImportError) -> str:
-    """The reason for a skipped row when importing a peer raised ``exc``."""
+    """The reason for a skipped row when importing a peer raised ``exc``.
+
+    Examples
+    --------
+    >>> import_skip_reason(ModuleNotFoundError("no module", name="no_such_peer_module"))
+    'no_such_peer_module is not installed'
+    """
     name = getattr(exc, "name", None)
     if isinstance(exc, ModuleNotFoundError) and name:
         return missing_peer(name) or f"{name} failed to import: {exc}"

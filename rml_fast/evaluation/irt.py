@@ -1173,7 +1173,13 @@ def judge_consistency(scores: Any, *, variant_axis: int = 1, **grm_kwargs: Any) 
         S = S.T
     if S.shape[1] < 2:
         raise ValueError(f"scores must have at least 2 prompt variants, got shape {S.shape}")
-    model = _judge_model(S.shape[1], grm_kwargs).fit(S)
+    model = _judge_model(S.shape[1], grm_kwargs)
+    try:
+        model.fit(S)
+    except ValueError as exc:  # the data's fault (the GRM calls it Y): name the argument
+        if str(exc).startswith("Y: "):
+            raise ValueError(f"scores: {str(exc)[3:]}") from exc
+        raise
     th, psd = model.theta()
     stab = np.empty(S.shape[1])
     for v in range(S.shape[1]):

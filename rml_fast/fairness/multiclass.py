@@ -408,9 +408,12 @@ def fairness_frontier(proba: Any, y: Any, sensitive_features: Any, xis: Any,
     True
     """
     proba = _check_proba(proba, "proba")
-    xis = np.atleast_1d(np.asarray(xis, dtype=np.float64))
-    for x in xis:
-        _check_xi(float(x))
+    try:
+        xis = np.atleast_1d(np.asarray(xis, dtype=np.float64))
+        for x in xis:
+            _check_xi(float(x))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"xis: {exc}") from exc
     accs, viols, hard = [], [], []
     y = np.asarray(y)
     for xi in xis:

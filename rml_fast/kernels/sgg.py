@@ -582,7 +582,7 @@ def _check_pld_query(pmf: Any, lower_index: Any, h: Any, infinity_mass: Any, q: 
         raise TypeError(f"lower_index must be a finite int, got {lower_index!r}")
     h = check_scalar(h, "h", Interval("real", 0, None, closed="neither"))
     infinity_mass = check_scalar(infinity_mass, "infinity_mass", Interval("real", 0, 1))
-    q = check_array(q, q_name, dtypes=(np.float64,), finite=False)
+    q = check_array(q, q_name, dtypes=(np.float64,), ndim=1, finite=False)
     if np.isnan(q).any():
         raise ValueError(f"{q_name} must not contain NaN")
     return pmf, int(lower_index), float(h), float(infinity_mass), q

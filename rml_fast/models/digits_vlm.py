@@ -368,7 +368,27 @@ class TinyVLM(nn.Module):
         self, inputs_embeds: Tensor, max_new_tokens: int = 2, *, greedy: bool = True,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Greedy (or sampled) continuation ids (B, max_new_tokens), no KV cache (tiny model)."""
+        """Greedy (or sampled) continuation ids (B, max_new_tokens), no KV cache (tiny model).
+
+        ``inputs_embeds`` (B, T, d_model) must be finite and leave room for the new tokens:
+        ``T + max_new_tokens - 1 <= n_ctx``.
+
+        Examples
+        --------
+        >>> vlm = TinyVLM()
+        >>> vlm.generate_from_embeds(torch.zeros(2, 5, vlm.cfg.d_model), 3).shape
+        torch.Size([2, 3])
+        """
+        check_tensor(inputs_embeds, "inputs_embeds", ndim=3, nonempty=True)
+        if inputs_embeds.shape[-1] != self.cfg.d_model:
+            raise ValueError(f"inputs_embeds must have d_model={self.cfg.d_model} features, "
+                             f"got shape {tuple(inputs_embeds.shape)}")
+        room = self.cfg.n_ctx - inputs_embeds.shape[1] + 1
+        max_new_tokens = check_scalar(max_new_tokens, "max_new_tokens",
+                                      Interval("int", 1, max(room, 1)))
+        if room < 1:
+            raise ValueError(f"inputs_embeds has {inputs_embeds.shape[1]} positions, more than "
+                             f"n_ctx={self.cfg.n_ctx}")
         emb = inputs_embeds.detach()
         out = []
         for _ in range(int(max_new_tokens)):

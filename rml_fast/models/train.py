@@ -113,8 +113,9 @@ def train_tiny(
     if not isinstance(cfg, TinyConfig):
         raise TypeError(f"cfg must be a TinyConfig, got {type(cfg).__name__}")
     steps = int(check_scalar(steps, "steps", Interval("int", 0, None)))
-    lr = float(check_scalar(lr, "lr", Interval("real", 0, None, "neither")))
-    weight_decay = float(check_scalar(weight_decay, "weight_decay", Interval("real", 0, None)))
+    # bounded by float32's range: the optimisers keep these as float32 tensors
+    lr = float(check_scalar(lr, "lr", Interval("real", 0, 1e30, "neither")))
+    weight_decay = float(check_scalar(weight_decay, "weight_decay", Interval("real", 0, 1e30)))
     batch = int(check_scalar(batch, "batch", Interval("int", 1, None)))
     warmup = int(check_scalar(warmup, "warmup", Interval("int", 0, None)))
     seed = int(check_scalar(seed, "seed", Interval("int", 0, None)))

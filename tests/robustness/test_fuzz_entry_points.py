@@ -59,34 +59,8 @@ EXCLUDED: dict[str, str] = {
         "no docstring example calls it (example skipped or only shows the import)",
     "rml_fast.interp.sizes_from_densities":
         "no docstring example calls it (example skipped or only shows the import)",
-    "rml_fast.kernels.clip.scaled_outer_accumulate_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
     "rml_fast.kernels.lasso.lambda_grid":
         "no docstring example calls it (example skipped or only shows the import)",
-    "rml_fast.kernels.lasso.lasso_path_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.nudft.nudft_type2_hermitian_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.nudft.nudft_type2_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.sgg.pld_convolve_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.sgg.pld_delta_for_epsilon_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.sgg.pld_epsilon_for_delta_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.sgg.pld_self_convolve_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.sgg.sgg_loss_cdf_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.sgg.sgg_sample_reference":
-        "a *_reference twin: no example calls it (tests/kernels compare it with the kernel)",
-    "rml_fast.kernels.triton.lasso.dtr_gemm_absmax":
-        "a Triton kernel: its example needs a CUDA device",
-    "rml_fast.kernels.triton.lasso.fista_path":
-        "a Triton kernel: its example needs a CUDA device",
-    "rml_fast.kernels.triton.lasso.soft_threshold_update":
-        "a Triton kernel: its example needs a CUDA device",
     "rml_fast.models.CharLMTask":
         "needs a trained zoo model or its corpus (example skipped: training takes minutes)",
     "rml_fast.models.DigitsAddTask":
@@ -139,6 +113,18 @@ EXCLUDED: dict[str, str] = {
         "no docstring example calls it (example skipped or only shows the import)",
     "rml_fast.privacy.train_private":
         "no docstring example calls it (example skipped or only shows the import)",
+    "rml_fast.benchmarking.plot_ratios":
+        "writes a PNG figure; tests/test_benchmarking.py checks its output",
+    "rml_fast.kernels.gravitree.canonical_string":
+        "a GraviTree helper without an example; tests/kernels/test_gravitree.py covers it",
+    "rml_fast.kernels.gravitree.leaf_loss":
+        "a GraviTree helper without an example; tests/kernels/test_gravitree.py covers it",
+    "rml_fast.kernels.gravitree.objective":
+        "a GraviTree helper without an example; tests/kernels/test_gravitree.py covers it",
+    "rml_fast.kernels.gravitree.theta_of":
+        "a GraviTree helper without an example; tests/kernels/test_gravitree.py covers it",
+    "rml_fast.models.zoo.Recipe":
+        "a zoo recipe record: built by the zoo, needs a trained model (example skipped)",
     "rml_fast.security.LlavaAdapter":
         "an abstract base / adapter of another library (no example calls it)",
     "rml_fast.security.VLMAdapter":
@@ -169,6 +155,10 @@ HYPOTHESIS_EXAMPLES = 3
 def _auto_excluded(ep) -> str | None:
     if ep.kind == "class" and issubclass(ep.obj, BaseException):
         return "an exception or warning type: raised, not called"
+    if ep.name.endswith("_reference"):
+        return "a *_reference twin: tests/kernels compare it with the kernel it mirrors"
+    if ep.name.startswith("rml_fast.kernels.triton."):
+        return "a Triton kernel: it needs a CUDA device (tests/kernels run it interpreted)"
     return EXCLUDED.get(ep.name)
 
 
