@@ -341,6 +341,14 @@ class LatentEmbedder(nn.Module):
         >>> LatentEmbedder(2, 4)(torch.zeros(1, 2, 4, 4), torch.zeros(1, 4)).shape
         torch.Size([1, 2, 4, 4])
         """
+        check_tensor(z, "z", ndim=4, nonempty=True)
+        if z.shape[1] != self.latent_channels:
+            raise ValueError(f"z must have {self.latent_channels} channels, got shape "
+                             f"{tuple(z.shape)}")
+        check_tensor(m, "m", ndim=2, floating=False)
+        if m.is_complex() or tuple(m.shape) != (z.shape[0], self.nbits):
+            raise ValueError(f"m must be a real (B, K) = ({z.shape[0]}, {self.nbits}) tensor of "
+                             f"bits, got {m.dtype} of shape {tuple(m.shape)}")
         e = self.msg(2 * m.to(z.dtype) - 1)[:, :, None, None]
         B, _, h, w = z.shape
         yy = torch.linspace(-1, 1, h, dtype=z.dtype).view(1, 1, h, 1).expand(B, 1, h, w)
@@ -435,7 +443,8 @@ class PixelExtractor(nn.Module):
         check_tensor(x, "x", ndim=4, nonempty=True)
         if x.shape[1] != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} channels, got shape {tuple(x.shape)}")
-        h = self.net(2 * x.to(self.net[0].weight.dtype) - 1)
+        dtype = next(self.net.parameters()).dtype
+        h = self.net(2 * x.to(dtype) - 1)
         if self.pool == "mean":
             return self.head(h).mean(dim=(2, 3))
         return self.head(F.adaptive_avg_pool2d(h, self.grid).flatten(1))

@@ -15,8 +15,4 @@ KNOWN_DEFECTS: dict[str, tuple[str, bool]] = {
         'hang x1; e.g. [n_players <- drawn_int] hang: no answer within 2 s (2^n coalitions: '
         'n = 20 takes ~1 s, the documented max_players=24 ~16 s; a time-out, machine-dependent)',
         False),
-    'rml_fast.watermark.LatentEmbedder': (
-        'crash x7, unnamed x3; e.g..forward [z <- empty] crash: RuntimeError: Sizes of tensors '
-        'must match except in dimension 1',
-        True),
 }
