@@ -39,6 +39,7 @@ from rml_fast.audit.interventional import (
 from rml_fast.benchmarking import Suite, missing_peer
 from rml_fast.models.autoencoder import TinyAutoencoder, image_patches
 from rml_fast.watermark import augment as A
+from rml_fast.watermark.demo import AUG_OPS
 from rml_fast.watermark.distseal import LatentEmbedder, LatentWatermarker, random_message
 from rml_fast.watermark.metrics import bit_accuracy, psnr
 
@@ -363,11 +364,13 @@ def _trained(steps: int, seed: int = 0) -> LatentWatermarker:
         train = image_patches(1024, 32, rng=seed)
         ae = TinyAutoencoder(width=16, seed=seed).fit(train, steps=max(200, steps), batch_size=32,
                                                       lr=3e-3, progress=False)
-        aug = A.Augmenter(["identity", "identity", "jpeg", "crop", "resize", "blur",
-                           "brightness", "noise"], num_augs=1, generator=seed + 1)
-        wm = LatentWatermarker(ae, nbits=16, width=32, seed=seed)
-        wm.fit(train, steps=steps, batch_size=32, lr=3e-3, lambda_adv=0.0,
-               scaling_schedule=("cosine", 1.5, 0.75), augmenter=aug, progress=False)
+        # the demo's CPU-scale recipe (rml_fast.watermark.demo): grid read-out (the default),
+        # s 1.0 -> 0.25, pixel L1 term, augmentation (no crop) from halfway
+        aug = A.Augmenter(AUG_OPS, num_augs=1, generator=seed + 1)
+        wm = LatentWatermarker(ae, nbits=16, width=32, extractor_pool="grid", seed=seed)
+        wm.fit(train, steps=steps, batch_size=32, lr=3e-3, lambda_adv=0.0, lambda_perc=1.0,
+               scaling_schedule=("cosine", 1.0, 0.25), augmenter=aug, aug_start=0.5,
+               progress=False)
         _TRAINED[(steps, seed)] = wm
     return _TRAINED[(steps, seed)]
 
