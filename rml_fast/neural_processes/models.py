@@ -175,6 +175,11 @@ class SFConvCNP(nn.Module):
         self.dim_x = int(check_scalar(dim_x, "dim_x", Interval("int", 1, 2)))
         self.dim_y = int(check_scalar(dim_y, "dim_y", Interval("int", 1, None)))
         C = int(check_scalar(embed_channels, "embed_channels", Interval("int", 1, None)))
+        G = int(check_scalar(groups, "groups", Interval("int", 1, None)))
+        if C % G:
+            raise ValueError(
+                f"groups={G} must divide embed_channels={C} (each SFConv layer splits its "
+                f"2*embed_channels inputs and embed_channels outputs into groups)")
         L = int(check_scalar(num_layers, "num_layers", Interval("int", 1, None)))
         self.min_std = float(check_scalar(min_std, "min_std", Interval("real", 0.0, None)))
         conv = dict(
