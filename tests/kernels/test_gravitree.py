@@ -311,6 +311,7 @@ def test_ctrl_c_stops_the_search_and_keeps_the_result():
 
     code = (
         "import json, signal, sys, numpy as np\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited ignored\n"
         "from rml_fast.kernels.gravitree import gravitree_fit\n"
         "rng = np.random.default_rng(0)\n"
         "X = rng.integers(0, 2, size=(3000, 30))\n"
@@ -342,6 +343,7 @@ def test_ctrl_c_stops_the_search_and_keeps_the_result():
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result == {"complete": False, "n": 1, "ki": True}

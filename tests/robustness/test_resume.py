@@ -62,7 +62,10 @@ def _interrupt_child(job: str, tmp_path: Path, *, block_at: int, sig: int,
                      hook: str = "os.fsync = _blocking(os.fsync)") -> subprocess.CompletedProcess:
     """Run ``job`` in a child that blocks in its ``block_at``-th hooked call, then send ``sig``."""
     ready = tmp_path / "ready"
-    script = _HARNESS + hook + "\n" + textwrap.dedent(job)
+    # a child inherits an ignored SIGINT (a background job of a non-interactive shell, as CI
+    # may run); Python then installs no KeyboardInterrupt handler, so restore it explicitly
+    script = ("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              + _HARNESS + hook + "\n" + textwrap.dedent(job))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", script, str(ready), str(block_at)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -78,7 +81,12 @@ def _interrupt_child(job: str, tmp_path: Path, *, block_at: int, sig: int,
             pytest.fail("the child did not reach its checkpoint in 300 s")
         time.sleep(0.05)  # polling for the file, not a guess of how long the work takes
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the child did not end within 120 s of signal {sig}")
     assert proc.returncode != 0, "the interrupted child must not report success"
     if sig == signal.SIGINT:
         assert b"KeyboardInterrupt" in err  # Ctrl-C raises as usual
