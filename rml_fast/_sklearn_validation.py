@@ -10,7 +10,9 @@ privacy and fairness estimators.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,14 +20,40 @@ import numpy as np
 _NO_Y = object()
 
 
-def _names(msg: str, name: str) -> bool:
+def names_argument(msg: str, name: str) -> bool:
+    """Whether ``msg`` names ``name`` as a word (``x`` in ``x[0]`` counts, ``x`` in ``xs`` not)."""
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", msg) is not None
+
+
+@contextlib.contextmanager
+def naming(*names: str) -> Iterator[None]:
+    """Re-raise a ValueError / TypeError raised inside (by a peer's checks, whose messages do
+    not always say which argument) that names none of ``names`` with ``"<names>: "`` in front
+    (ValueError or TypeError, the original chained).
+
+    Examples
+    --------
+    >>> try:
+    ...     with naming("X_ref"):
+    ...         raise ValueError("Found array with 0 sample(s)")
+    ... except ValueError as e:
+    ...     print(e)
+    X_ref: Found array with 0 sample(s)
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        if any(names_argument(msg, n) for n in names):
+            raise
+        new_type = ValueError if isinstance(exc, ValueError) else TypeError
+        raise new_type(f"{' / '.join(names)}: {msg}") from exc
 
 
 def renamed(exc: BaseException, name: str) -> BaseException:
     """``exc`` with ``name`` in front of its message (the same type where possible)."""
     msg = str(exc)
-    if _names(msg, name):
+    if names_argument(msg, name):
         return exc
     text = f"{name}: {msg}"
     try:

@@ -41,7 +41,6 @@ folds' full Gram matrices, see :class:`LassoCV`).
 from __future__ import annotations
 
 import numbers
-import re
 import warnings
 from typing import Any, cast
 
@@ -52,6 +51,7 @@ from sklearn.exceptions import ConvergenceWarning as _SkConvergenceWarning
 from sklearn.model_selection import check_cv
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from rml_fast._sklearn_validation import naming
 from rml_fast._validation import Interval, check_scalar
 from rml_fast.exceptions import ConvergenceWarning as _RmlConvergenceWarning
 from rml_fast.kernels import lasso as _lasso_kernel
@@ -110,26 +110,6 @@ def _check_unsupported(*, positive: Any, selection: Any, precompute: Any) -> Non
         )
 
 
-class _naming:
-    """Context manager: a ValueError/TypeError raised inside (by scikit-learn's checks, whose
-    messages do not always say which argument) is re-raised naming the argument ``name``."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
-        if exc is None or not isinstance(exc, (ValueError, TypeError)):
-            return
-        msg = str(exc)
-        if re.search(rf"(?<![A-Za-z0-9_]){re.escape(self.name)}(?![A-Za-z0-9_])", msg):
-            return
-        cls = ValueError if isinstance(exc, ValueError) else TypeError
-        raise cls(f"{self.name}: {msg}") from exc
-
-
 def _check_target(y: Any, X: np.ndarray, *, multi_output: bool) -> np.ndarray:
     """``y`` as an array of ``X``'s dtype with ``X.shape[0]`` rows (1-D, or 2-D when
     ``multi_output``); errors name ``y``."""
@@ -137,7 +117,7 @@ def _check_target(y: Any, X: np.ndarray, *, multi_output: bool) -> np.ndarray:
         raise ValueError("requires y to be passed, but the target y is None")
     if _sparse.issparse(y):
         raise TypeError("sparse y is not supported by rml_fast.compat.sklearn")
-    with _naming("y"):
+    with naming("y"):
         y = check_array(y, dtype=X.dtype.type, ensure_2d=False, input_name="y")
     if y.ndim not in ((1, 2) if multi_output else (1,)):
         raise ValueError(f"y must be 1-D{' or 2-D' if multi_output else ''}, got shape {y.shape}")
@@ -160,7 +140,7 @@ def _check_sample_weight(sample_weight: Any, n: int, dtype: np.dtype) -> np.ndar
     if sample_weight is None or isinstance(sample_weight, numbers.Number):
         # a scalar weight is a uniform weight: scikit-learn rescales it away
         return None
-    with _naming("sample_weight"):
+    with naming("sample_weight"):
         sw = check_array(sample_weight, ensure_2d=False, dtype=dtype, input_name="sample_weight")
     if sw.ndim != 1 or sw.shape[0] != n:
         raise ValueError(
@@ -345,9 +325,9 @@ def lasso_path(
     _check_X(X)
     if _sparse.issparse(y):
         raise TypeError("sparse y is not supported by rml_fast.compat.sklearn")
-    with _naming("X"):
+    with naming("X"):
         X = check_array(X, dtype=[np.float64, np.float32], order="F", input_name="X")
-    with _naming("y"):
+    with naming("y"):
         y = check_array(y, dtype=X.dtype.type, ensure_2d=False, input_name="y")
     if y.ndim != 1:
         raise ValueError(
@@ -358,12 +338,12 @@ def lasso_path(
         raise ValueError(f"y must have X.shape[0]={X.shape[0]} rows, got {y.shape[0]}")
     n, m = X.shape
     if Xy is not None:
-        with _naming("Xy"):
+        with naming("Xy"):
             Xy = check_array(Xy, dtype=np.float64, ensure_2d=False, input_name="Xy")
         if Xy.shape != (m,):
             raise ValueError(f"Xy must have shape ({m},), got {Xy.shape}")
     if coef_init is not None:
-        with _naming("coef_init"):
+        with naming("coef_init"):
             coef_init = check_array(coef_init, dtype=np.float64, ensure_2d=False,
                                     input_name="coef_init")
         if coef_init.shape != (m,):
@@ -399,7 +379,7 @@ class _LinearPredictor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self, "coef_")
         _check_X(X)
-        with _naming("X"):
+        with naming("X"):
             X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         return X @ self.coef_.T + self.intercept_
 
@@ -529,7 +509,7 @@ class Lasso(_LinearPredictor):
         """
         alpha, tol, max_iter = self._check_params()
         _check_X(X)
-        with _naming("X"):
+        with naming("X"):
             X = validate_data(self, X, dtype=[np.float64, np.float32])
         y = _check_target(y, X, multi_output=True)
         n, m = X.shape
@@ -886,7 +866,7 @@ class LassoCV(_LinearPredictor):
         if unknown:
             raise TypeError(f"LassoCV.fit() got unexpected keyword arguments {sorted(unknown)}")
         _check_X(X)
-        with _naming("X"):
+        with naming("X"):
             X = validate_data(self, X, dtype=[np.float64, np.float32])
         y = _check_target(y, X, multi_output=True)
         if y.ndim > 1 and y.shape[1] > 1:

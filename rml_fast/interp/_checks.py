@@ -7,15 +7,13 @@ take: torch tensors of values or of token ids, and errors raised by a peer (scik
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import re
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from rml_fast._sklearn_validation import naming  # noqa: F401  (re-exported for interp)
 from rml_fast._validation import check_tensor
 
 
@@ -47,12 +45,7 @@ def id_tensor(
     not_meta(t, name)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids, got dtype {t.dtype}")
-    if ndim is not None:
-        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if t.ndim not in allowed:
-            raise ValueError(f"{name} must have ndim in {allowed}, got shape {tuple(t.shape)}")
-    if nonempty and t.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    check_tensor(t, name, ndim=ndim, floating=False, finite=False, nonempty=nonempty)
     if t.numel() and bool((t < 0).any()):
         raise ValueError(f"{name} must hold non-negative token ids")
     return t
@@ -77,25 +70,6 @@ def real_arg(v: Any, name: str) -> float:
     if not math.isfinite(float(v)):
         raise ValueError(f"{name} must be finite, got {v!r}")
     return float(v)
-
-
-def _names(msg: str, name: str) -> bool:
-    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", msg) is not None
-
-
-@contextlib.contextmanager
-def naming(*names: str) -> Iterator[None]:
-    """Re-raise a ValueError / TypeError (e.g. from sklearn's ``validate_data``) that names
-    none of ``names`` with ``"<names>: "`` prepended (same base type, original chained), so
-    that the message names the user's argument(s) it concerns."""
-    try:
-        yield
-    except (ValueError, TypeError) as exc:
-        msg = str(exc)
-        if any(_names(msg, n) for n in names):
-            raise
-        new_type = ValueError if isinstance(exc, ValueError) else TypeError
-        raise new_type(f"{' / '.join(names)}: {msg}") from exc
 
 
 def real_tensor(
@@ -123,14 +97,7 @@ def real_tensor(
         from rml_fast._validation import check_array
 
         t = torch.as_tensor(check_array(x, name, dtypes=(np.float64,), finite=False)).to(dtype)
-    if ndim is not None:
-        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if t.ndim not in allowed:
-            raise ValueError(f"{name} must have ndim in {allowed}, got shape {tuple(t.shape)}")
-    if nonempty and t.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
-    if finite and t.numel() and not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} must be finite, got NaN or infinite values")
+    check_tensor(t, name, ndim=ndim, floating=True, finite=finite, nonempty=nonempty)
     return t
 
 

@@ -25,7 +25,6 @@ Merlin-Arthur Classifiers", AISTATS 2024.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,6 +34,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import nn
 
+from rml_fast._sklearn_validation import validate_named
 from rml_fast._validation import Interval, check_scalar, check_tensor
 from rml_fast.verification import _ncv_checkpoint as _ckpt
 from rml_fast.verification import _ncv_provers as _pv
@@ -432,15 +432,9 @@ class NeuralConceptVerifier(ClassifierMixin, BaseEstimator):
                              restarts=self.fw_restarts)
 
     def _z(self, X, reset: bool = False) -> torch.Tensor:
-        try:
-            X = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
-        except (ValueError, TypeError) as exc:
-            # scikit-learn's messages ("Expected 2D array ... Reshape your data", "Found array
-            # with 0 sample(s)", "Complex data not supported") do not always name the argument
-            msg = str(exc)
-            if re.search(r"(?<![A-Za-z0-9_])X(?![A-Za-z0-9_])", msg) is None:
-                raise type(exc)(f"X: {msg}") from exc
-            raise
+        # scikit-learn's messages ("Reshape your data", "Found array with 0 sample(s)") do not
+        # always name the argument
+        X = validate_named(self, X, reset=reset, dtype=[np.float64, np.float32])
         return torch.tensor(np.asarray(X), dtype=self._dtype)
 
     def _y(self, y, n: int | None = None) -> torch.Tensor:
