@@ -110,6 +110,18 @@ def _check_unsupported(*, positive: Any, selection: Any, precompute: Any) -> Non
         )
 
 
+
+def _warn_cv_unconverged(not_conv: int, max_iter: int, stacklevel: int) -> None:
+    """The ConvergenceWarning of LassoCV's fold paths (none when ``not_conv`` is 0)."""
+    if not_conv:
+        warnings.warn(
+            f"Objective did not converge for {not_conv} (penalty, fold) problems of the CV "
+            f"paths after max_iter={max_iter} epochs. You might want to increase the "
+            "number of iterations (max_iter) or the tolerance (tol).",
+            ConvergenceWarning,
+            stacklevel=stacklevel,
+        )
+
 def _check_target(y: Any, X: np.ndarray, *, multi_output: bool) -> np.ndarray:
     """``y`` as an array of ``X``'s dtype with ``X.shape[0]`` rows (1-D, or 2-D when
     ``multi_output``); errors name ``y``."""
@@ -905,14 +917,7 @@ class LassoCV(_LinearPredictor):
                 for train, test in folds
             )
         not_conv = sum(int((~c).sum()) for _, c in out)
-        if not_conv:
-            warnings.warn(
-                f"Objective did not converge for {not_conv} (penalty, fold) problems of the CV "
-                f"paths after max_iter={max_iter} epochs. You might want to increase the "
-                "number of iterations (max_iter) or the tolerance (tol).",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
+        _warn_cv_unconverged(not_conv, max_iter, stacklevel=3)
         self.mse_path_ = np.stack([mse for mse, _ in out], axis=1)
         self.alphas_ = grid
         self.alpha_ = float(grid[int(np.argmin(self.mse_path_.mean(axis=1)))])
@@ -962,14 +967,7 @@ class LassoCV(_LinearPredictor):
         # converged: within scikit-learn's bound (the kernel aimed at a fraction of it)
         not_conv = int((np.asarray(res.gaps) > tol * yys / np.array([p[3] for p in probs])
                         * (1 + 1e-9)).sum())
-        if not_conv:
-            warnings.warn(
-                f"Objective did not converge for {not_conv} (penalty, fold) problems of the CV "
-                f"paths after max_iter={max_iter} epochs. You might want to increase the "
-                "number of iterations (max_iter) or the tolerance (tol).",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+        _warn_cv_unconverged(not_conv, max_iter, stacklevel=4)
         self.mse_path_ = np.stack(
             [data.fold_mse(np.ascontiguousarray(coefs[:, f]), test, probs[f][4], probs[f][5])
              for f, (_, test) in enumerate(folds)], axis=1)
